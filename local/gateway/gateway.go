@@ -1,0 +1,177 @@
+// Package gateway serves Lambda HTTP API handlers over net/http the way API
+// Gateway's HTTP API (payload format 2.0) invokes them, so the local server
+// and the tests run the exact functions the Lambdas run.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// Handler is a Lambda HTTP API handler.
+type Handler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// MaxBodyBytes is API Gateway's payload limit (10 MB); larger requests get 413
+// here as they would there.
+const MaxBodyBytes = 10 << 20
+
+var paramRE = regexp.MustCompile(`\{([A-Za-z0-9_]+)\}`)
+
+// Mux routes requests by API Gateway route key ("POST /actions/{actionId}").
+// Route keys are also net/http patterns, so ServeMux does the matching.
+type Mux struct{ mux *http.ServeMux }
+
+// New returns an empty Mux.
+func New() *Mux { return &Mux{mux: http.NewServeMux()} }
+
+// Route registers h under an API Gateway route key.
+func (m *Mux) Route(routeKey string, h Handler) {
+	params := paramRE.FindAllStringSubmatch(routeKey, -1)
+	m.mux.HandleFunc(routeKey, func(w http.ResponseWriter, r *http.Request) {
+		ev, err := Event(r, routeKey)
+		if err != nil {
+			status := http.StatusBadRequest
+			if _, ok := err.(*http.MaxBytesError); ok {
+				status = http.StatusRequestEntityTooLarge
+			}
+			writeJSON(w, status, map[string]string{"message": http.StatusText(status)})
+			return
+		}
+		for _, p := range params {
+			ev.PathParameters[p[1]] = r.PathValue(p[1])
+		}
+		resp, err := h(r.Context(), ev)
+		if err != nil { // what API Gateway answers when the function fails
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"message": "Internal Server Error"})
+			return
+		}
+		Write(w, resp)
+	})
+}
+
+// Handle registers a plain net/http handler (local-only routes).
+func (m *Mux) Handle(pattern string, h http.Handler) { m.mux.Handle(pattern, h) }
+
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := m.mux.Handler(r); pattern == "" {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
+		return
+	}
+	m.mux.ServeHTTP(w, r)
+}
+
+// Event builds the API Gateway v2 event for r: lower-cased headers (repeated
+// ones joined by commas), raw and parsed query string, cookies, the body
+// (base64 when it is not UTF-8 text) and the request context.
+func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		return events.APIGatewayV2HTTPRequest{}, err
+	}
+	now := time.Now()
+	ev := events.APIGatewayV2HTTPRequest{
+		Version:        "2.0",
+		RouteKey:       routeKey,
+		RawPath:        r.URL.Path,
+		RawQueryString: r.URL.RawQuery,
+		Headers:        map[string]string{},
+		PathParameters: map[string]string{},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey:   routeKey,
+			AccountID:  "000000000000",
+			Stage:      "$default",
+			RequestID:  requestID(),
+			APIID:      "local",
+			DomainName: r.Host,
+			Time:       now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+			TimeEpoch:  now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+				Method:    r.Method,
+				Path:      r.URL.Path,
+				Protocol:  r.Proto,
+				SourceIP:  sourceIP(r),
+				UserAgent: r.UserAgent(),
+			},
+		},
+	}
+	for k, v := range r.Header {
+		if strings.EqualFold(k, "Cookie") {
+			continue
+		}
+		ev.Headers[strings.ToLower(k)] = strings.Join(v, ",")
+	}
+	for _, c := range r.Cookies() {
+		ev.Cookies = append(ev.Cookies, c.Name+"="+c.Value)
+	}
+	if q := r.URL.Query(); len(q) > 0 {
+		ev.QueryStringParameters = map[string]string{}
+		for k, v := range q {
+			ev.QueryStringParameters[k] = strings.Join(v, ",")
+		}
+	}
+	if utf8.Valid(body) {
+		ev.Body = string(body)
+	} else {
+		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+	}
+	return ev, nil
+}
+
+// Write sends a handler's response.
+func Write(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) {
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	for _, c := range resp.Cookies {
+		w.Header().Add("Set-Cookie", c)
+	}
+	body := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		if b, err := base64.StdEncoding.DecodeString(resp.Body); err == nil {
+			body = b
+		}
+	}
+	status := resp.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func requestID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sourceIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}

@@ -1,0 +1,124 @@
+// Command local runs ExactOnce on this machine with nothing from AWS:
+// DynamoDB Local (started and stopped with it), the table, and the Lambda
+// handlers behind an API Gateway-style HTTP server.
+//
+//	go run ./local            # or: make run
+//
+// Environment: EXACTONCE_ADDR (default 127.0.0.1:8080), EXACTONCE_DATA_DIR
+// (keep data in this folder; default in memory), EXACTONCE_SECRET (default: a
+// development secret), EXACTONCE_DYNAMODB_ENDPOINT (use a running DynamoDB
+// instead of starting one).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/exactonce/exactonce/local/dynamodblocal"
+	"github.com/exactonce/exactonce/local/server"
+	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/crypto"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "exactonce-local:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := app.Logger()
+
+	addr := envOr("EXACTONCE_ADDR", "127.0.0.1:8080")
+	dataDir := os.Getenv("EXACTONCE_DATA_DIR")
+	endpoint := os.Getenv("EXACTONCE_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		ddb, err := dynamodblocal.Start(ctx, dynamodblocal.Options{DataDir: dataDir})
+		if err != nil {
+			return err
+		}
+		defer ddb.Stop()
+		endpoint = ddb.Endpoint
+	}
+	secret, secretNote, err := localSecret(dataDir)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	storage := "in memory"
+	if dataDir != "" {
+		storage = "in " + dataDir
+	}
+	fmt.Printf("ExactOnce local: %s (DynamoDB Local at %s, data %s)\n", url, endpoint, storage)
+	fmt.Printf("  %s\n", secretNote)
+	fmt.Printf("  try: curl -s -X POST %s/actions -H 'Content-Type: application/json' -d '{\"userId\":\"u1\"}'\n", url)
+
+	hs := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// localSecret returns EXACTONCE_SECRET, or a development secret: kept in the
+// data folder when there is one (so stored payloads still open after a
+// restart), else made up for this run. Either way it says so loudly.
+func localSecret(dataDir string) (secret, note string, err error) {
+	if s := os.Getenv("EXACTONCE_SECRET"); s != "" {
+		return s, "server secret: from EXACTONCE_SECRET", nil
+	}
+	const warn = "WARNING: using a DEVELOPMENT server secret"
+	if dataDir == "" {
+		return crypto.NewDevelopmentSecret(), warn + " made for this run (never use this outside your machine)", nil
+	}
+	path := filepath.Join(dataDir, "dev-secret")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), warn + " from " + path, nil
+	}
+	s := crypto.NewDevelopmentSecret()
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", "", err
+	}
+	return s, warn + " saved to " + path, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+

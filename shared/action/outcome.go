@@ -1,0 +1,169 @@
+package action
+
+import (
+	"fmt"
+	"time"
+)
+
+// Code names an outcome other than success. The strings are the public
+// "error" values of the HTTP API; subscribers and clients match on them.
+type Code string
+
+// Outcome codes.
+const (
+	CodeInvalidRequest Code = "invalid_request"
+	CodeTooLarge       Code = "request_too_large"
+	CodeNotFound       Code = "action_not_found"
+	CodeExists         Code = "action_exists"
+	CodeAlreadyUsed    Code = "already_used"
+	CodeCanceled       Code = "canceled"
+	CodeExpired        Code = "expired"
+	CodeNotActive      Code = "not_active"
+	CodeLocked         Code = "locked"
+	CodeInvalidPIN     Code = "invalid_pin"
+	CodeKeyReused      Code = "idempotency_key_reused"
+	CodeUnavailable    Code = "unavailable"
+	CodeInternal       Code = "internal"
+)
+
+// Rejection is the error an operation returns when the action's stored state
+// refuses it. Action is the record as the refusing write saw it (never nil
+// except for CodeNotFound), so callers can answer with its stable fields.
+type Rejection struct {
+	Code   Code
+	Action *Action
+}
+
+func (r *Rejection) Error() string { return "action: " + string(r.Code) }
+
+// Reject builds a Rejection.
+func Reject(code Code, a *Action) *Rejection { return &Rejection{Code: code, Action: a} }
+
+// InvalidError is a request that failed validation. Field is the JSON name of
+// the field at fault ("" for the body as a whole).
+type InvalidError struct {
+	Field   string
+	Message string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Replay is returned by an operation whose request was already performed by
+// the same logical call (same Idempotency-Key and body): Action is the record
+// as that call left it, and the caller answers with the original response.
+type Replay struct{ Action *Action }
+
+func (r *Replay) Error() string { return "action: idempotent replay" }
+
+// idempotency compares a retried request with the write that performed an
+// operation. It reports whether this request is that call (replay), whether
+// it reuses the call's key with another body (reused), or neither.
+func idempotency(w Write, key, fingerprint, requestID string) (replay, reused bool) {
+	if requestID != "" && w.RequestID == requestID {
+		return true, false // our own attempt committed; the SDK retried it
+	}
+	if key == "" || w.Key != key {
+		return false, false
+	}
+	return w.Fingerprint == fingerprint, w.Fingerprint != fingerprint
+}
+
+// Attempt describes one request to change an action, as classification needs it.
+type Attempt struct {
+	Now         time.Time
+	Key         string // Idempotency-Key, "" when absent
+	Fingerprint string
+	RequestID   string
+	PINMatches  bool // the presented PIN's HMAC equals the stored one
+}
+
+// ClassifyConsume explains why a consume's conditional write failed, from the
+// item the write saw (nil when there was none). Precedence: not found,
+// already used, canceled, expired, not active, locked, invalid PIN.
+// A *Replay means the consume was this call's own and must be answered as success.
+func ClassifyConsume(old *Action, at Attempt) error {
+	if old == nil {
+		return Reject(CodeNotFound, nil)
+	}
+	if !old.ConsumedAt.IsZero() {
+		switch replay, reused := idempotency(old.Consume, at.Key, at.Fingerprint, at.RequestID); {
+		case replay:
+			return &Replay{Action: old}
+		case reused:
+			return Reject(CodeKeyReused, old)
+		}
+		return Reject(CodeAlreadyUsed, old)
+	}
+	if !old.CanceledAt.IsZero() {
+		return Reject(CodeCanceled, old)
+	}
+	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
+		return Reject(CodeExpired, old)
+	}
+	if at.Now.Before(old.ActiveAt) {
+		return Reject(CodeNotActive, old)
+	}
+	if old.Locked() {
+		return Reject(CodeLocked, old)
+	}
+	if old.PINProtected() && !at.PINMatches {
+		return Reject(CodeInvalidPIN, old)
+	}
+	// Every condition held for this item, so the write cannot have failed on
+	// it: the store and this function disagree, which is a bug, not an outcome.
+	return Reject(CodeInternal, old)
+}
+
+// ClassifyCancel explains why a cancel's conditional write failed. A second
+// cancel is not a failure: it answers with the first cancellation (*Replay),
+// unless it reuses the first call's key with another body.
+func ClassifyCancel(old *Action, at Attempt) error {
+	if old == nil {
+		return Reject(CodeNotFound, nil)
+	}
+	if !old.ConsumedAt.IsZero() {
+		return Reject(CodeAlreadyUsed, old)
+	}
+	if !old.CanceledAt.IsZero() {
+		if _, reused := idempotency(old.Cancel, at.Key, at.Fingerprint, at.RequestID); reused {
+			return Reject(CodeKeyReused, old)
+		}
+		return &Replay{Action: old}
+	}
+	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
+		return Reject(CodeExpired, old)
+	}
+	return Reject(CodeInternal, old)
+}
+
+// ClassifyCreate explains why a create's conditional write (the item must not
+// exist) failed: a retry of the same call replays, the same key with another
+// body is key reuse, anything else is an existing action.
+func ClassifyCreate(old *Action, at Attempt) error {
+	if old == nil {
+		return Reject(CodeInternal, nil)
+	}
+	switch replay, reused := idempotency(old.Create, at.Key, at.Fingerprint, at.RequestID); {
+	case replay:
+		return &Replay{Action: old}
+	case reused:
+		return Reject(CodeKeyReused, old)
+	}
+	return Reject(CodeExists, old)
+}
+
+// IsReplayOf reports whether the request is a retry of the call that
+// performed w (same request attempt, or same key and body), i.e. whether a
+// replayed answer should carry Idempotent-Replayed.
+func IsReplayOf(w Write, key, fingerprint string) bool {
+	return key != "" && w.Key == key && w.Fingerprint == fingerprint
+}

@@ -1,0 +1,262 @@
+package action
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Limits on request fields. They keep an item far below DynamoDB's 400 KB and
+// an event far below EventBridge's 256 KB.
+const (
+	MaxIDLen          = 128
+	MaxUserIDLen      = 256
+	MaxKindLen        = 64
+	MaxReasonLen      = 256
+	MaxMetadataKeys   = 16
+	MaxMetadataKeyLen = 64
+	MaxMetadataValLen = 256
+	MinPINLen         = 4
+	MaxPINLen         = 32
+	MaxPINAttempts    = 10
+	MaxPayloadBytes   = 16 << 10
+	MaxPayloadDepth   = 32
+	MaxLifetime       = 366 * 24 * time.Hour
+	DefaultLifetime   = 24 * time.Hour
+)
+
+// CreateRequest is the body of POST /actions.
+type CreateRequest struct {
+	ActionID       string            `json:"actionId,omitempty"`
+	UserID         string            `json:"userId"`
+	Kind           string            `json:"kind,omitempty"`
+	ActiveAt       string            `json:"activeAt,omitempty"`
+	ExpiresAt      string            `json:"expiresAt,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	PIN            string            `json:"pin,omitempty"`
+	MaxPINAttempts *int              `json:"maxPinAttempts,omitempty"`
+	// Payload is any JSON value, kept as its raw bytes; it is sealed before storage.
+	Payload jsontext.Value `json:"payload,omitempty"`
+}
+
+// ConsumeRequest is the body of POST /actions/{actionId}/consume.
+type ConsumeRequest struct {
+	Reason string `json:"reason,omitempty"`
+	PIN    string `json:"pin,omitempty"`
+}
+
+// CancelRequest is the body of POST /actions/{actionId}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// ValidateCreate checks r and returns the action it describes, created at now.
+// ID is left empty when the caller did not choose one. Payload and PIN are
+// checked here but sealed and hashed by the caller, which holds the keys.
+func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
+	now = Millis(now)
+	if r.ActionID != "" {
+		if err := ValidateID("actionId", r.ActionID); err != nil {
+			return nil, err
+		}
+	}
+	if r.UserID == "" {
+		return nil, invalid("userId", "is required")
+	}
+	if err := text("userId", r.UserID, MaxUserIDLen); err != nil {
+		return nil, err
+	}
+	if r.Kind != "" {
+		if err := token("kind", r.Kind, MaxKindLen, "/"); err != nil {
+			return nil, err
+		}
+	}
+	activeAt := now
+	if r.ActiveAt != "" {
+		t, err := parseTime("activeAt", r.ActiveAt)
+		if err != nil {
+			return nil, err
+		}
+		activeAt = t
+	}
+	expiresAt := activeAt.Add(DefaultLifetime)
+	if r.ExpiresAt != "" {
+		t, err := parseTime("expiresAt", r.ExpiresAt)
+		if err != nil {
+			return nil, err
+		}
+		expiresAt = t
+	}
+	switch {
+	case !expiresAt.After(activeAt):
+		return nil, invalid("expiresAt", "must be after activeAt")
+	case !expiresAt.After(now):
+		return nil, invalid("expiresAt", "must be in the future")
+	case expiresAt.Sub(activeAt) > MaxLifetime || expiresAt.Sub(now) > MaxLifetime:
+		return nil, invalid("expiresAt", "must be at most %d days away", int(MaxLifetime.Hours()/24))
+	}
+	if err := validateMetadata(r.Metadata); err != nil {
+		return nil, err
+	}
+	a := &Action{
+		ID: r.ActionID, UserID: r.UserID, Kind: r.Kind,
+		ActiveAt: activeAt, ExpiresAt: expiresAt, CreatedAt: now,
+		Metadata: r.Metadata,
+	}
+	if r.MaxPINAttempts != nil && r.PIN == "" {
+		return nil, invalid("maxPinAttempts", "needs pin")
+	}
+	if r.PIN != "" {
+		if n := utf8.RuneCountInString(r.PIN); n < MinPINLen || n > MaxPINLen || !printable(r.PIN) {
+			return nil, invalid("pin", "must be %d to %d printable characters", MinPINLen, MaxPINLen)
+		}
+		a.MaxPINAttempts = DefaultMaxPINAttempts
+		if r.MaxPINAttempts != nil {
+			if n := *r.MaxPINAttempts; n < 1 || n > MaxPINAttempts {
+				return nil, invalid("maxPinAttempts", "must be 1 to %d", MaxPINAttempts)
+			}
+			a.MaxPINAttempts = *r.MaxPINAttempts
+		}
+	}
+	if r.Payload != nil {
+		if err := validatePayload(r.Payload); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// ValidateConsume checks a consume request.
+func ValidateConsume(r *ConsumeRequest) error {
+	if err := text("reason", r.Reason, MaxReasonLen); err != nil {
+		return err
+	}
+	if len(r.PIN) > 4*MaxPINLen || !printable(r.PIN) {
+		return invalid("pin", "must be at most %d printable characters", MaxPINLen)
+	}
+	return nil
+}
+
+// ValidateCancel checks a cancel request.
+func ValidateCancel(r *CancelRequest) error {
+	return text("reason", r.Reason, MaxReasonLen)
+}
+
+// ValidateID checks an action id (from a body or a path): 1 to 128 characters
+// of [A-Za-z0-9._:-].
+func ValidateID(field, id string) error {
+	if id == "" {
+		return invalid(field, "is required")
+	}
+	return token(field, id, MaxIDLen, "")
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns an unguessable action id: 160 random bits, 32 characters.
+func NewID() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return idEncoding.EncodeToString(b)
+}
+
+// IDFromDigest turns a keyed digest (at least 20 bytes) into an action id in
+// the same alphabet as NewID, for ids derived from an Idempotency-Key.
+func IDFromDigest(sum []byte) string { return idEncoding.EncodeToString(sum[:20]) }
+
+func validateMetadata(m map[string]string) error {
+	if len(m) > MaxMetadataKeys {
+		return invalid("metadata", "has more than %d entries", MaxMetadataKeys)
+	}
+	for k, v := range m {
+		if err := token("metadata", k, MaxMetadataKeyLen, ""); err != nil {
+			return invalid("metadata", "key %q must be 1 to %d characters of [A-Za-z0-9._:-]", truncate(k, 80), MaxMetadataKeyLen)
+		}
+		if err := text("metadata."+k, v, MaxMetadataValLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validatePayload bounds the payload's size and nesting depth (a deeply
+// nested value costs stack on every later decode).
+func validatePayload(raw []byte) error {
+	if len(raw) > MaxPayloadBytes {
+		return invalid("payload", "is larger than %d bytes", MaxPayloadBytes)
+	}
+	depth, inString, escaped := 0, false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			if depth++; depth > MaxPayloadDepth {
+				return invalid("payload", "is nested deeper than %d levels", MaxPayloadDepth)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(field, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	return Millis(t), nil
+}
+
+// token checks an identifier-like string: [A-Za-z0-9._:-] plus extra.
+func token(field, s string, max int, extra string) error {
+	if len(s) == 0 || len(s) > max {
+		return invalid(field, "must be 1 to %d characters", max)
+	}
+	for _, c := range s {
+		ok := c < utf8.RuneSelf && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.ContainsRune("._:-"+extra, c))
+		if !ok {
+			return invalid(field, "may hold only [A-Za-z0-9._:%s-]", extra)
+		}
+	}
+	return nil
+}
+
+// text checks free text: at most max characters, no control characters.
+func text(field, s string, max int) error {
+	if utf8.RuneCountInString(s) > max {
+		return invalid(field, "must be at most %d characters", max)
+	}
+	if !printable(s) {
+		return invalid(field, "must not contain control characters")
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	for _, c := range s {
+		if c == utf8.RuneError || unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,43 @@
+// Package app wires the action API from its configuration: the one place a
+// Lambda's main and the local server share.
+package app
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/httpapi"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Logger is the JSON logger every component writes its lines with.
+func Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(os.Stdout, nil)) }
+
+// FromEnv builds the API the way a Lambda does at cold start: settings from
+// the environment, SDK configuration from the default chain.
+func FromEnv(ctx context.Context) (*httpapi.API, error) {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	awsCfg, err := config.AWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, awsCfg, Logger())
+}
+
+// New builds the API from explicit settings.
+func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger) (*httpapi.API, error) {
+	keys, err := config.Keys(ctx, cfg, awsCfg)
+	if err != nil {
+		return nil, err
+	}
+	st := store.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Retention)
+	return httpapi.New(st, keys, log), nil
+}

@@ -1,0 +1,102 @@
+// Package config reads ExactOnce's settings from the environment and builds
+// the AWS SDK configuration and server keys they describe.
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Environment variables.
+const (
+	EnvTable     = "TABLE_NAME"           // the actions table
+	EnvRetention = "EXACTONCE_RETENTION"  // Go duration finished actions stay readable (default 720h)
+	EnvSecretARN = "EXACTONCE_SECRET_ARN" // Secrets Manager secret with the server secret
+	EnvSecret    = "EXACTONCE_SECRET"     // the server secret itself (local use)
+)
+
+// Config is the service's settings.
+type Config struct {
+	Table     string
+	Retention time.Duration
+	SecretARN string
+	Secret    string
+}
+
+// Load reads the settings through getenv (os.Getenv in production).
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		Table:     getenv(EnvTable),
+		Retention: store.DefaultRetention,
+		SecretARN: getenv(EnvSecretARN),
+		Secret:    getenv(EnvSecret),
+	}
+	if c.Table == "" {
+		return c, fmt.Errorf("config: %s is not set", EnvTable)
+	}
+	if v := getenv(EnvRetention); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("config: %s must be a positive Go duration such as 720h", EnvRetention)
+		}
+		c.Retention = d
+	}
+	if c.SecretARN == "" && c.Secret == "" {
+		return c, fmt.Errorf("config: set %s or %s", EnvSecretARN, EnvSecret)
+	}
+	return c, nil
+}
+
+// HTTPClient is the SDK's buildable HTTP client with enough idle connections
+// per host for concurrent requests (the default of 2 reconnects under load).
+func HTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = 128
+	})
+}
+
+// AWS loads the default SDK configuration (Lambda's role credentials and
+// region). AWS_ENDPOINT_URL_<SERVICE> variables point a service elsewhere.
+func AWS(ctx context.Context) (aws.Config, error) {
+	return awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(HTTPClient()))
+}
+
+// Local is an SDK configuration for a local endpoint (DynamoDB Local, a fake
+// AWS API): static dummy credentials, a fixed region, the given endpoint.
+func Local(endpoint string) aws.Config {
+	return aws.Config{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+		BaseEndpoint: aws.String(endpoint),
+		HTTPClient:   HTTPClient(),
+	}
+}
+
+// Keys returns the server keys: from Secrets Manager when a secret ARN is set
+// (one GetSecretValue per cold start), else from the plain secret.
+func Keys(ctx context.Context, c Config, awsCfg aws.Config) (*crypto.Keys, error) {
+	secret := c.Secret
+	if c.SecretARN != "" {
+		out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &c.SecretARN})
+		if err != nil {
+			return nil, fmt.Errorf("config: read secret %s: %w", c.SecretARN, err)
+		}
+		if out.SecretString == nil {
+			return nil, errors.New("config: the secret has no string value")
+		}
+		secret = *out.SecretString
+	}
+	return crypto.ParseSecret(secret)
+}

@@ -1,0 +1,293 @@
+// Package httpapi maps API Gateway HTTP API (payload 2.0) events to the
+// action store and back. Each exported method is one Lambda handler; the
+// local server calls the very same methods.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Route keys, as API Gateway names them.
+const (
+	RouteCreate  = "POST /actions"
+	RouteGet     = "GET /actions/{actionId}"
+	RouteConsume = "POST /actions/{actionId}/consume"
+	RouteCancel  = "POST /actions/{actionId}/cancel"
+)
+
+// HeaderReplayed marks a response replayed for a retried Idempotency-Key.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// API serves the action routes.
+type API struct {
+	store *store.Store
+	keys  *crypto.Keys
+	log   *slog.Logger
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// New returns an API over st, sealing and hashing with keys, logging one JSON
+// line per request to log.
+func New(st *store.Store, keys *crypto.Keys, log *slog.Logger) *API {
+	return &API{store: st, keys: keys, log: log, Now: time.Now}
+}
+
+// Handler is the signature of every route handler.
+type Handler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// Routes returns every route key with its handler.
+func (a *API) Routes() map[string]Handler {
+	return map[string]Handler{RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel}
+}
+
+// Create handles POST /actions.
+func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteCreate, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+		r, err := readRequest(&ev, false)
+		if err != nil {
+			return fail(err)
+		}
+		var req action.CreateRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		act, err := action.ValidateCreate(&req, a.Now())
+		if err != nil {
+			return fail(err)
+		}
+		switch {
+		case act.ID != "":
+		case r.key != "":
+			act.ID = action.IDFromDigest(a.keys.IdentDigest(r.key))
+		default:
+			act.ID = action.NewID()
+		}
+		c.actionID = act.ID
+		if req.PIN != "" {
+			act.PINHash = a.keys.PINHash(act.ID, req.PIN)
+		}
+		if req.Payload != nil {
+			act.Payload = a.keys.Seal(act.ID, req.Payload)
+		}
+		act.Create = action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID}
+
+		created, err := a.store.Create(ctx, act)
+		var replay *action.Replay
+		if errors.As(err, &replay) {
+			old := replay.Action
+			c.outcome = "replayed"
+			return respond(http.StatusCreated, view(asCreated(old), old.CreatedAt), replayHeader(old.Create, r)), nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		c.outcome = "created"
+		return respond(http.StatusCreated, view(created, created.CreatedAt), nil), nil
+	})
+}
+
+// Get handles GET /actions/{actionId}. It never returns the payload.
+func (a *API) Get(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteGet, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+		id, err := pathID(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		act, err := a.store.Get(ctx, id)
+		if err != nil {
+			return fail(err)
+		}
+		c.outcome = "ok"
+		return respond(http.StatusOK, view(act, a.Now()), nil), nil
+	})
+}
+
+// Consume handles POST /actions/{actionId}/consume.
+func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteConsume, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+		id, err := pathID(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := readRequest(&ev, true)
+		if err != nil {
+			return fail(err)
+		}
+		var req action.ConsumeRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		if err := action.ValidateConsume(&req); err != nil {
+			return fail(err)
+		}
+		cons := store.Consume{
+			Reason: req.Reason,
+			Write:  action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID},
+			Now:    a.Now(),
+		}
+		if req.PIN != "" {
+			cons.PINHashes = a.keys.PINHashes(id, req.PIN)
+		}
+		act, err := a.store.Consume(ctx, id, cons)
+		var headers map[string]string
+		var replay *action.Replay
+		switch {
+		case errors.As(err, &replay):
+			act, headers, c.outcome = replay.Action, replayHeader(replay.Action.Consume, r), "replayed"
+		case err != nil:
+			return fail(err)
+		default:
+			c.outcome = "consumed"
+		}
+		v := view(act, act.ConsumedAt)
+		if act.Payload != nil {
+			plain, err := a.keys.Open(act.ID, act.Payload)
+			if err != nil {
+				return fail(err)
+			}
+			v.Payload = plain
+		}
+		return respond(http.StatusOK, v, headers), nil
+	})
+}
+
+// Cancel handles POST /actions/{actionId}/cancel. Canceling again answers
+// 200 with the first cancellation.
+func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteCancel, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+		id, err := pathID(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := readRequest(&ev, true)
+		if err != nil {
+			return fail(err)
+		}
+		var req action.CancelRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		if err := action.ValidateCancel(&req); err != nil {
+			return fail(err)
+		}
+		act, err := a.store.Cancel(ctx, id, store.Cancel{
+			Reason: req.Reason,
+			Write:  action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID},
+			Now:    a.Now(),
+		})
+		var headers map[string]string
+		var replay *action.Replay
+		switch {
+		case errors.As(err, &replay):
+			act, headers, c.outcome = replay.Action, replayHeader(replay.Action.Cancel, r), "already_canceled"
+		case err != nil:
+			return fail(err)
+		default:
+			c.outcome = "canceled"
+		}
+		return respond(http.StatusOK, view(act, act.CanceledAt), headers), nil
+	})
+}
+
+// call is the per-request state the log line reports.
+type call struct {
+	requestID string
+	actionID  string
+	outcome   string
+}
+
+// failure carries an error out of a route body to serve, which renders it.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+
+func fail(err error) (events.APIGatewayV2HTTPResponse, error) {
+	return events.APIGatewayV2HTTPResponse{}, &failure{err}
+}
+
+// serve runs one route: it renders failures as the contract's error bodies
+// and writes one JSON log line. It never returns an error to Lambda (which
+// would turn into an opaque 500).
+func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HTTPRequest,
+	body func(*call) (events.APIGatewayV2HTTPResponse, error)) (events.APIGatewayV2HTTPResponse, error) {
+	start := time.Now()
+	c := &call{requestID: ev.RequestContext.RequestID}
+	if c.requestID == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		c.requestID = hex.EncodeToString(b)
+	}
+	resp, err := body(c)
+	if f := (*failure)(nil); errors.As(err, &f) {
+		resp = a.render(ctx, f.err, c)
+	}
+	attrs := []slog.Attr{
+		slog.String("requestId", c.requestID),
+		slog.String("route", route),
+		slog.Int("status", resp.StatusCode),
+		slog.String("outcome", c.outcome),
+		slog.Float64("latencyMs", float64(time.Since(start).Microseconds())/1000),
+	}
+	if c.actionID != "" {
+		attrs = append(attrs, slog.String("actionId", c.actionID))
+	}
+	a.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	return resp, nil
+}
+
+// render maps an error to its response. Dependency faults say only that a
+// dependency failed; the detail goes to the log, never to the caller.
+func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV2HTTPResponse {
+	var invalid *action.InvalidError
+	var rej *action.Rejection
+	switch {
+	case errors.As(err, &invalid):
+		c.outcome = string(action.CodeInvalidRequest)
+		return invalidRequest(invalid, c.requestID)
+	case errors.Is(err, errTooLarge):
+		c.outcome = string(action.CodeTooLarge)
+		return errorResponse(action.CodeTooLarge, c.requestID, nil)
+	case errors.As(err, &rej) && rej.Code != action.CodeInternal:
+		c.outcome = string(rej.Code)
+		return rejection(rej, c.requestID)
+	case errors.Is(err, store.ErrUnavailable):
+		c.outcome = string(action.CodeUnavailable)
+		a.log.LogAttrs(ctx, slog.LevelWarn, "dependency unavailable", slog.String("requestId", c.requestID), slog.String("error", err.Error()))
+		return errorResponse(action.CodeUnavailable, c.requestID, map[string]string{"Retry-After": "1"})
+	}
+	c.outcome = string(action.CodeInternal)
+	a.log.LogAttrs(ctx, slog.LevelError, "internal error", slog.String("requestId", c.requestID), slog.String("error", err.Error()))
+	return errorResponse(action.CodeInternal, c.requestID, nil)
+}
+
+// pathID reads and checks the {actionId} path parameter.
+func pathID(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
+	id := ev.PathParameters["actionId"]
+	if err := action.ValidateID("actionId", id); err != nil {
+		return "", err
+	}
+	c.actionID = id
+	return id, nil
+}
+
+// replayHeader marks a response as replayed when the request carries the
+// Idempotency-Key and body of the call that performed the operation.
+func replayHeader(w action.Write, r *request) map[string]string {
+	if action.IsReplayOf(w, r.key, r.fingerprint) {
+		return map[string]string{HeaderReplayed: "true"}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/exactonce/exactonce/shared/action"
+)
+
+// MaxBodyBytes bounds a request body; larger bodies get 413 before parsing.
+// It leaves room for a 16 KiB payload escaped in JSON plus the other fields.
+const MaxBodyBytes = 64 << 10
+
+// MaxKeyLen bounds the Idempotency-Key header.
+const MaxKeyLen = 255
+
+// request is the decoded, validated envelope of one API call.
+type request struct {
+	body        []byte // raw JSON ("{}" for an empty body)
+	key         string // Idempotency-Key, "" when absent
+	fingerprint string // SHA-256 of the canonical JSON body
+}
+
+// errTooLarge marks a body over MaxBodyBytes.
+var errTooLarge = errors.New("request body too large")
+
+// readRequest extracts the body and Idempotency-Key of an API Gateway event
+// and fingerprints the body. An empty body reads as {} when emptyOK.
+func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool) (*request, error) {
+	raw := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		if base64.StdEncoding.DecodedLen(len(ev.Body)) > MaxBodyBytes+3 {
+			return nil, errTooLarge
+		}
+		var err error
+		if raw, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
+			return nil, &action.InvalidError{Field: "body", Message: "is not valid base64"}
+		}
+	}
+	if len(raw) > MaxBodyBytes {
+		return nil, errTooLarge
+	}
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		if !emptyOK {
+			return nil, &action.InvalidError{Field: "body", Message: "is required"}
+		}
+		raw = []byte("{}")
+	}
+	r := &request{body: raw}
+	if k, ok := header(ev, "idempotency-key"); ok {
+		if k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
+			return nil, &action.InvalidError{Field: "Idempotency-Key", Message: "must be 1 to 255 printable ASCII characters"}
+		}
+		r.key = k
+	}
+	return r, nil
+}
+
+// decode parses the body strictly into v: one JSON object, no unknown or
+// duplicate members, valid UTF-8, right types. Errors name the field.
+func (r *request) decode(v any) error {
+	canon := jsontext.Value(append([]byte(nil), r.body...))
+	if err := canon.Canonicalize(); err != nil {
+		return fieldError(err)
+	}
+	if canon.Kind() != '{' {
+		return &action.InvalidError{Field: "body", Message: "must be a JSON object"}
+	}
+	if err := json.Unmarshal(r.body, v, json.RejectUnknownMembers(true)); err != nil {
+		return fieldError(err)
+	}
+	sum := sha256.Sum256(canon)
+	r.fingerprint = hex.EncodeToString(sum[:])
+	return nil
+}
+
+// fieldError turns a JSON error into an InvalidError naming the member at
+// fault, without echoing the offending value (it may be a secret).
+func fieldError(err error) error {
+	var sem *json.SemanticError
+	var syn *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &sem):
+		field := pointerField(sem.JSONPointer)
+		if errors.Is(sem.Err, json.ErrUnknownName) {
+			return &action.InvalidError{Field: field, Message: "is not a known field"}
+		}
+		want := "a valid value"
+		if sem.GoType != nil {
+			want = kindName(sem.GoType.Kind().String())
+		}
+		return &action.InvalidError{Field: field, Message: "must be " + want}
+	case errors.As(err, &syn):
+		field := pointerField(syn.JSONPointer)
+		msg := "is not valid JSON"
+		switch {
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
+			msg = "appears more than once"
+		case strings.Contains(syn.Err.Error(), "UTF-8"):
+			msg = "contains invalid UTF-8"
+		case strings.Contains(syn.Err.Error(), "depth"):
+			msg = "is nested too deeply"
+		}
+		if field == "" {
+			field = "body"
+		}
+		return &action.InvalidError{Field: field, Message: msg}
+	}
+	return &action.InvalidError{Field: "body", Message: "is not valid JSON"}
+}
+
+// pointerField renders a JSON Pointer (/metadata/a) as a dotted field name.
+func pointerField(p jsontext.Pointer) string {
+	var parts []string
+	for tok := range p.Tokens() {
+		parts = append(parts, tok)
+	}
+	return strings.Join(parts, ".")
+}
+
+func kindName(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "int", "int64", "ptr":
+		return "an integer"
+	case "map":
+		return "an object of strings"
+	case "slice":
+		return "a JSON value"
+	}
+	return "of another type"
+}
+
+// header returns a header by lower-case name; API Gateway v2 lower-cases them.
+func header(ev *events.APIGatewayV2HTTPRequest, name string) (string, bool) {
+	for k, v := range ev.Headers {
+		if strings.EqualFold(k, name) {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

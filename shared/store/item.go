@@ -1,0 +1,166 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/shared/action"
+)
+
+// Attribute names of the action item. Every expression refers to them through
+// #placeholders (names below), so reserved words such as ttl need no care.
+const (
+	attrID             = "actionId"
+	attrUserID         = "userId"
+	attrKind           = "kind"
+	attrActiveAtMs     = "activeAtMs"
+	attrExpiresAtMs    = "expiresAtMs"
+	attrCreatedAt      = "createdAt"
+	attrMetadata       = "metadata"
+	attrConsumedAt     = "consumedAt"
+	attrConsumedReason = "consumedReason"
+	attrCanceledAt     = "canceledAt"
+	attrCancelReason   = "cancelReason"
+	attrExpiredAt      = "expiredAt"
+	attrPINHash        = "pinHash"
+	attrPINFailures    = "pinFailures"
+	attrMaxPINAttempts = "maxPinAttempts"
+	attrPINFailedAt    = "pinFailedAt" // list of times of wrong PINs; the max-th is lockedAt
+	attrPayload        = "payload"
+	attrTTL            = "ttl"
+
+	attrCreateKey = "createKey"
+	attrCreateFP  = "createFingerprint"
+	attrCreateReq = "createRequestId"
+	attrConsumeKey = "consumeKey"
+	attrConsumeFP  = "consumeFingerprint"
+	attrConsumeReq = "consumeRequestId"
+	attrCancelKey  = "cancelKey"
+	attrCancelFP   = "cancelFingerprint"
+	attrCancelReq  = "cancelRequestId"
+)
+
+// timeLayout is how instants are stored and shown: RFC 3339, UTC, milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime renders t the way the item and the API show it.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+func b(v []byte) types.AttributeValue { return &types.AttributeValueMemberB{Value: v} }
+func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
+
+// fromItem decodes an action item. A malformed item is an error, never a
+// half-filled action.
+func fromItem(item map[string]types.AttributeValue) (*action.Action, error) {
+	d := decoder{item: item}
+	a := &action.Action{
+		ID:             d.str(attrID),
+		UserID:         d.str(attrUserID),
+		Kind:           d.str(attrKind),
+		ActiveAt:       time.UnixMilli(d.num(attrActiveAtMs)).UTC(),
+		ExpiresAt:      time.UnixMilli(d.num(attrExpiresAtMs)).UTC(),
+		CreatedAt:      d.time(attrCreatedAt),
+		ConsumedAt:     d.time(attrConsumedAt),
+		ConsumedReason: d.str(attrConsumedReason),
+		CanceledAt:     d.time(attrCanceledAt),
+		CancelReason:   d.str(attrCancelReason),
+		ExpiredAt:      d.time(attrExpiredAt),
+		PINHash:        d.bin(attrPINHash),
+		PINFailures:    int(d.num(attrPINFailures)),
+		MaxPINAttempts: int(d.num(attrMaxPINAttempts)),
+		Payload:        d.bin(attrPayload),
+		Create:         action.Write{Key: d.str(attrCreateKey), Fingerprint: d.str(attrCreateFP), RequestID: d.str(attrCreateReq)},
+		Consume:        action.Write{Key: d.str(attrConsumeKey), Fingerprint: d.str(attrConsumeFP), RequestID: d.str(attrConsumeReq)},
+		Cancel:         action.Write{Key: d.str(attrCancelKey), Fingerprint: d.str(attrCancelFP), RequestID: d.str(attrCancelReq)},
+	}
+	if m, ok := item[attrMetadata].(*types.AttributeValueMemberM); ok {
+		a.Metadata = make(map[string]string, len(m.Value))
+		for k, v := range m.Value {
+			sv, ok := v.(*types.AttributeValueMemberS)
+			if !ok {
+				d.fail(attrMetadata + "." + k)
+				continue
+			}
+			a.Metadata[k] = sv.Value
+		}
+	}
+	if a.Locked() {
+		if l, ok := item[attrPINFailedAt].(*types.AttributeValueMemberL); ok && len(l.Value) >= a.MaxPINAttempts {
+			if sv, ok := l.Value[a.MaxPINAttempts-1].(*types.AttributeValueMemberS); ok {
+				a.LockedAt, _ = time.Parse(time.RFC3339Nano, sv.Value)
+			}
+		}
+	}
+	if a.ID == "" || a.UserID == "" {
+		d.fail(attrID + "/" + attrUserID)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return a, nil
+}
+
+type decoder struct {
+	item map[string]types.AttributeValue
+	err  error
+}
+
+func (d *decoder) fail(name string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("store: malformed attribute %q", name)
+	}
+}
+
+func (d *decoder) str(name string) string {
+	switch v := d.item[name].(type) {
+	case nil:
+		return ""
+	case *types.AttributeValueMemberS:
+		return v.Value
+	}
+	d.fail(name)
+	return ""
+}
+
+func (d *decoder) num(name string) int64 {
+	switch v := d.item[name].(type) {
+	case nil:
+		return 0
+	case *types.AttributeValueMemberN:
+		i, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			d.fail(name)
+		}
+		return i
+	}
+	d.fail(name)
+	return 0
+}
+
+func (d *decoder) bin(name string) []byte {
+	switch v := d.item[name].(type) {
+	case nil:
+		return nil
+	case *types.AttributeValueMemberB:
+		return v.Value
+	}
+	d.fail(name)
+	return nil
+}
+
+func (d *decoder) time(name string) time.Time {
+	v := d.str(name)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		d.fail(name)
+	}
+	return t.UTC()
+}
