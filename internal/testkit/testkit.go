@@ -1,0 +1,223 @@
+// Package testkit holds what the integration tests share: one DynamoDB Local
+// per test binary, a counter of DynamoDB requests at the SDK's HTTP client,
+// and a local server wired to both.
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+
+	"github.com/exactonce/exactonce/local/dynamodblocal"
+	"github.com/exactonce/exactonce/local/gateway"
+	"github.com/exactonce/exactonce/local/server"
+	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+// Endpoint is the DynamoDB Local of this test binary, set by Main.
+var Endpoint string
+
+// Main starts DynamoDB Local (or reuses $EXACTONCE_TEST_DYNAMODB_ENDPOINT),
+// runs the tests and stops it. Use it as TestMain.
+func Main(m *testing.M) {
+	endpoint, stop, err := dynamodblocal.ForTests()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testkit:", err)
+		os.Exit(1)
+	}
+	Endpoint = endpoint
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// Counter counts the DynamoDB requests that cross the SDK's HTTP client, by
+// operation (the X-Amz-Target header), retries included.
+type Counter struct {
+	next aws.HTTPClient
+	mu   sync.Mutex
+	ops  map[string]int
+}
+
+// NewCounter wraps next.
+func NewCounter(next aws.HTTPClient) *Counter { return &Counter{next: next, ops: map[string]int{}} }
+
+// Do implements aws.HTTPClient.
+func (c *Counter) Do(r *http.Request) (*http.Response, error) {
+	op := r.Header.Get("X-Amz-Target")
+	if i := strings.IndexByte(op, '.'); i >= 0 {
+		op = op[i+1:]
+	}
+	c.mu.Lock()
+	c.ops[op]++
+	c.mu.Unlock()
+	return c.next.Do(r)
+}
+
+// Take returns the counts since the last Take and resets them.
+func (c *Counter) Take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.ops
+	c.ops = map[string]int{}
+	return out
+}
+
+// Env is a local server for one test, with its request counter and log.
+type Env struct {
+	*server.Server
+	URL     string
+	Counter *Counter
+	Log     *SyncBuffer
+	offset  atomic.Int64
+}
+
+// NewEnv starts a local server on its own table (named after the test).
+func NewEnv(t testing.TB) *Env {
+	t.Helper()
+	cfg := config.Local(Endpoint)
+	counter := NewCounter(cfg.HTTPClient)
+	cfg.HTTPClient = counter
+	logs := &SyncBuffer{}
+	table := "t-" + strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
+	if len(table) > 200 {
+		table = table[:200]
+	}
+	srv, err := server.New(context.Background(), server.Options{
+		DynamoDBEndpoint: Endpoint,
+		Table:            table,
+		Secret:           "test-secret-0123456789abcdefghijklmnopqrstuvwxyz",
+		Log:              slog.New(slog.NewJSONHandler(logs, nil)),
+		AWS:              &cfg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Server: srv, Counter: counter, Log: logs}
+	srv.API.Now = func() time.Time { return time.Now().Add(time.Duration(env.offset.Load())) }
+	hs := httptest.NewServer(srv.Handler)
+	t.Cleanup(hs.Close)
+	counter.Take() // table setup is not part of any test's count
+	env.URL = hs.URL
+	return env
+}
+
+// Shift moves the server's clock by d from now on (it starts at real time).
+func (e *Env) Shift(d time.Duration) { e.offset.Store(int64(d)) }
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Response is a decoded HTTP response.
+type Response struct {
+	Status int
+	Header http.Header
+	Raw    string
+	Body   map[string]any
+}
+
+// Str returns a top-level string field of the JSON body.
+func (r *Response) Str(k string) string { s, _ := r.Body[k].(string); return s }
+
+// Do sends one request with optional headers (name, value pairs) and fails
+// the test if it cannot be sent.
+func Do(t testing.TB, client *http.Client, method, url, body string, headers ...string) *Response {
+	t.Helper()
+	r, err := Send(client, method, url, body, headers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Send is Do for goroutines: it returns the error instead of failing.
+func Send(client *http.Client, method, url, body string, headers ...string) (*Response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := &Response{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
+	_ = json.Unmarshal(raw, &out.Body)
+	return out, nil
+}
+
+// NewDeadEnv serves the handlers on a DynamoDB endpoint where nothing
+// listens, to see how they answer a dependency fault.
+func NewDeadEnv(t testing.TB) *Env {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	logs := &SyncBuffer{}
+	cfg := config.Local(dead)
+	cfg.Retryer = func() aws.Retryer { // the SDK's retries, with short waits
+		return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond)
+	}
+	api, err := app.New(context.Background(), config.Config{Table: "t", Secret: "test-secret-0123456789abcdefghijklmnopqrstuvwxyz"},
+		cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := gateway.New()
+	for route, h := range api.Routes() {
+		mux.Route(route, gateway.Handler(h))
+	}
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return &Env{Server: &server.Server{API: api, Handler: mux}, URL: hs.URL, Log: logs}
+}
