@@ -121,4 +121,3 @@ func envOr(k, def string) string {
 	}
 	return def
 }
-

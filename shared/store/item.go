@@ -32,9 +32,9 @@ const (
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
 
-	attrCreateKey = "createKey"
-	attrCreateFP  = "createFingerprint"
-	attrCreateReq = "createRequestId"
+	attrCreateKey  = "createKey"
+	attrCreateFP   = "createFingerprint"
+	attrCreateReq  = "createRequestId"
 	attrConsumeKey = "consumeKey"
 	attrConsumeFP  = "consumeFingerprint"
 	attrConsumeReq = "consumeRequestId"
@@ -50,8 +50,10 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func n(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
-func b(v []byte) types.AttributeValue { return &types.AttributeValueMemberB{Value: v} }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func b(v []byte) types.AttributeValue     { return &types.AttributeValueMemberB{Value: v} }
 func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
 
 // fromItem decodes an action item. A malformed item is an error, never a

@@ -125,8 +125,8 @@ type Consume struct {
 	// (none when no PIN was presented); the condition compares them with the
 	// stored hash inside the write.
 	PINHashes [][]byte
-	Write   action.Write
-	Now     time.Time
+	Write     action.Write
+	Now       time.Time
 }
 
 // Consume moves the action to consumed with one conditional write and returns
