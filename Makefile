@@ -8,7 +8,9 @@ TOOLS := .tools/node_modules/.package-lock.json
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GOTEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: help tools run test build fuzz clean
+CDK := .tools/node_modules/.bin/cdk
+
+.PHONY: help tools run test build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -37,6 +39,19 @@ build: ## build every Lambda as dist/<name>.zip (arm64, provided.al2023)
 
 fuzz: ## fuzz the request decoding of every route for FUZZTIME (default 60s)
 	go test -run '^$$' -fuzz FuzzHandlers -fuzztime $${FUZZTIME:-60s} ./shared/httpapi/
+
+synth: $(TOOLS) ## synthesize the CloudFormation template into cdk.out/ (offline, no credentials)
+	$(CDK) synth --quiet --no-notices
+	@ls cdk.out/*.template.json
+
+diff: $(TOOLS) ## compare with the deployed stack (needs AWS credentials)
+	$(CDK) diff --no-notices
+
+deploy: $(TOOLS) ## deploy to the AWS account of your credentials (after `cdk bootstrap`)
+	$(CDK) deploy --no-notices $(CDK_ARGS)
+
+destroy: $(TOOLS) ## delete the stack (the table and secret are RETAINed unless exactonce:throwaway=true)
+	$(CDK) destroy --no-notices
 
 clean: ## remove build output
 	rm -rf dist cdk.out

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/store"
 )
@@ -18,9 +19,16 @@ import (
 // Logger is the JSON logger every component writes its lines with.
 func Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(os.Stdout, nil)) }
 
+// Needs says what a function uses beyond the table.
+type Needs struct {
+	// Keys: the server secret (PIN HMAC, payload sealing, key-derived ids).
+	// Only create and consume need it; get and cancel run without access to it.
+	Keys bool
+}
+
 // FromEnv builds the API the way a Lambda does at cold start: settings from
 // the environment, SDK configuration from the default chain.
-func FromEnv(ctx context.Context) (*httpapi.API, error) {
+func FromEnv(ctx context.Context, needs Needs) (*httpapi.API, error) {
 	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -29,14 +37,21 @@ func FromEnv(ctx context.Context) (*httpapi.API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(ctx, cfg, awsCfg, Logger())
+	return build(ctx, cfg, awsCfg, Logger(), needs)
 }
 
-// New builds the API from explicit settings.
+// New builds the API with every route's needs met, from explicit settings.
 func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger) (*httpapi.API, error) {
-	keys, err := config.Keys(ctx, cfg, awsCfg)
-	if err != nil {
-		return nil, err
+	return build(ctx, cfg, awsCfg, log, Needs{Keys: true})
+}
+
+func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, needs Needs) (*httpapi.API, error) {
+	var keys *crypto.Keys
+	if needs.Keys {
+		var err error
+		if keys, err = config.Keys(ctx, cfg, awsCfg); err != nil {
+			return nil, err
+		}
 	}
 	st := store.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Retention)
 	return httpapi.New(st, keys, log), nil

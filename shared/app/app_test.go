@@ -45,7 +45,7 @@ func TestColdStartReadsSecretOnce(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "x")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "x")
 	t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm.URL)
-	if _, err := app.FromEnv(context.Background()); err != nil {
+	if _, err := app.FromEnv(context.Background(), app.Needs{Keys: true}); err != nil {
 		t.Fatal(err)
 	}
 	if calls.Load() != 1 {
@@ -53,20 +53,24 @@ func TestColdStartReadsSecretOnce(t *testing.T) {
 	}
 
 	t.Setenv("EXACTONCE_SECRET_ARN", secretARN+"-other")
-	if _, err := app.FromEnv(context.Background()); err == nil {
+	if _, err := app.FromEnv(context.Background(), app.Needs{Keys: true}); err == nil {
 		t.Fatal("a missing secret must fail the cold start")
 	}
 }
 
 func TestColdStartNeedsConfig(t *testing.T) {
 	t.Setenv("TABLE_NAME", "")
-	if _, err := app.FromEnv(context.Background()); err == nil {
+	if _, err := app.FromEnv(context.Background(), app.Needs{Keys: true}); err == nil {
 		t.Fatal("no TABLE_NAME accepted")
 	}
 	t.Setenv("TABLE_NAME", "t")
 	t.Setenv("EXACTONCE_SECRET_ARN", "")
 	t.Setenv("EXACTONCE_SECRET", "")
-	if _, err := app.FromEnv(context.Background()); err == nil {
-		t.Fatal("no secret accepted")
+	t.Setenv("AWS_REGION", "us-east-1")
+	if _, err := app.FromEnv(context.Background(), app.Needs{Keys: true}); err == nil {
+		t.Fatal("no secret accepted by a function that needs keys")
+	}
+	if _, err := app.FromEnv(context.Background(), app.Needs{}); err != nil {
+		t.Fatalf("get/cancel must start without a secret: %v", err)
 	}
 }

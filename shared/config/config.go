@@ -53,9 +53,6 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.Retention = d
 	}
-	if c.SecretARN == "" && c.Secret == "" {
-		return c, fmt.Errorf("config: set %s or %s", EnvSecretARN, EnvSecret)
-	}
 	return c, nil
 }
 
@@ -87,6 +84,9 @@ func Local(endpoint string) aws.Config {
 // Keys returns the server keys: from Secrets Manager when a secret ARN is set
 // (one GetSecretValue per cold start), else from the plain secret.
 func Keys(ctx context.Context, c Config, awsCfg aws.Config) (*crypto.Keys, error) {
+	if c.SecretARN == "" && c.Secret == "" {
+		return nil, fmt.Errorf("config: set %s or %s", EnvSecretARN, EnvSecret)
+	}
 	secret := c.Secret
 	if c.SecretARN != "" {
 		out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &c.SecretARN})

@@ -56,9 +56,9 @@ func n(v int64) types.AttributeValue {
 func b(v []byte) types.AttributeValue     { return &types.AttributeValueMemberB{Value: v} }
 func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
 
-// fromItem decodes an action item. A malformed item is an error, never a
-// half-filled action.
-func fromItem(item map[string]types.AttributeValue) (*action.Action, error) {
+// Decode decodes an action item (from a read, a write's return values or a
+// stream image). A malformed item is an error, never a half-filled action.
+func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 	d := decoder{item: item}
 	a := &action.Action{
 		ID:             d.str(attrID),

@@ -115,7 +115,7 @@ func (st *Store) Get(ctx context.Context, id string) (*action.Action, error) {
 	if out.Item == nil {
 		return nil, action.Reject(action.CodeNotFound, nil)
 	}
-	return fromItem(out.Item)
+	return Decode(out.Item)
 }
 
 // Consume is a request to consume an action.
@@ -235,7 +235,7 @@ func (st *Store) update(ctx context.Context, id string, u *update, cond string, 
 		if ccf.Item == nil {
 			return nil, nil, action.Reject(action.CodeNotFound, nil)
 		}
-		old, err := fromItem(ccf.Item)
+		old, err := Decode(ccf.Item)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -246,7 +246,7 @@ func (st *Store) update(ctx context.Context, id string, u *update, cond string, 
 	if rv == types.ReturnValueNone {
 		return nil, nil, nil
 	}
-	written, err = fromItem(out.Attributes)
+	written, err = Decode(out.Attributes)
 	return written, nil, err
 }
 

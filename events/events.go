@@ -1,0 +1,121 @@
+// Package events is ExactOnce's public event contract: the detail of every
+// event published to EventBridge, a parser for subscribers, and an
+// idempotent-consumer helper (see Once). Delivery is at-least-once; the
+// eventId is deterministic, so subscribers de-duplicate on it.
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	lambdaevents "github.com/aws/aws-lambda-go/events"
+)
+
+// Version of the detail schema. Parse rejects any other.
+const Version = "1"
+
+// Detail types (EventBridge "detail-type").
+const (
+	TypeConsumed = "action.consumed"
+	TypeCanceled = "action.canceled"
+	TypeExpired  = "action.expired"
+)
+
+// Common is in every event's detail.
+type Common struct {
+	Version    string            `json:"version"`
+	EventID    string            `json:"eventId"`
+	ActionID   string            `json:"actionId"`
+	UserID     string            `json:"userId"`
+	Kind       string            `json:"kind,omitempty"`
+	OccurredAt string            `json:"occurredAt"` // RFC 3339, ms
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+// Consumed is the detail of action.consumed.
+type Consumed struct {
+	Common
+	ConsumedAt string `json:"consumedAt"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Canceled is the detail of action.canceled.
+type Canceled struct {
+	Common
+	CanceledAt string `json:"canceledAt"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Expired is the detail of action.expired. DetectedBy is "sweep" when the
+// expiry sweep marked it, "ttl" when DynamoDB TTL deleted it unfinished.
+type Expired struct {
+	Common
+	ExpiresAt  string `json:"expiresAt"`
+	DetectedBy string `json:"detectedBy"`
+}
+
+// EventID is the deterministic id of one transition of one action: the same
+// however often, and by whichever path, the transition is published.
+// createdAt tells apart two actions that reused an id after retention.
+func EventID(detailType, actionID, createdAt string) string {
+	sum := sha256.Sum256([]byte(detailType + "\x00" + actionID + "\x00" + createdAt))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Event is a parsed event: exactly one of the pointers is set.
+type Event struct {
+	DetailType string
+	Consumed   *Consumed
+	Canceled   *Canceled
+	Expired    *Expired
+}
+
+// Common returns the fields every event has.
+func (e *Event) Common() Common {
+	switch {
+	case e.Consumed != nil:
+		return e.Consumed.Common
+	case e.Canceled != nil:
+		return e.Canceled.Common
+	}
+	return e.Expired.Common
+}
+
+// Parse decodes an EventBridge event delivered to a subscriber Lambda. It
+// rejects unknown detail types and schema versions with a clear error.
+func Parse(ev lambdaevents.CloudWatchEvent) (*Event, error) {
+	var probe struct {
+		Version string `json:"version"`
+		EventID string `json:"eventId"`
+	}
+	if err := json.Unmarshal(ev.Detail, &probe); err != nil {
+		return nil, fmt.Errorf("events: detail is not JSON: %w", err)
+	}
+	if probe.Version != Version {
+		return nil, fmt.Errorf("events: unsupported detail version %q (this package reads %q; upgrade it)", probe.Version, Version)
+	}
+	if probe.EventID == "" {
+		return nil, fmt.Errorf("events: detail has no eventId")
+	}
+	out := &Event{DetailType: ev.DetailType}
+	var target any
+	switch ev.DetailType {
+	case TypeConsumed:
+		out.Consumed = &Consumed{}
+		target = out.Consumed
+	case TypeCanceled:
+		out.Canceled = &Canceled{}
+		target = out.Canceled
+	case TypeExpired:
+		out.Expired = &Expired{}
+		target = out.Expired
+	default:
+		return nil, fmt.Errorf("events: unknown detail-type %q", ev.DetailType)
+	}
+	if err := json.Unmarshal(ev.Detail, target); err != nil {
+		return nil, fmt.Errorf("events: %s detail: %w", ev.DetailType, err)
+	}
+	return out, nil
+}

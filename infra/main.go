@@ -1,0 +1,81 @@
+// Command infra is the ExactOnce CDK app: `cdk synth` / `cdk deploy` run it
+// (see cdk.json). It compiles the functions itself, so a fresh clone deploys
+// with no other step.
+//
+// Context (cdk.json or -c key=value):
+//
+//	exactonce:stackName    stack name (default ExactOnce)
+//	exactonce:throwaway    true: no deletion protection, resources destroyed with the stack
+//	exactonce:auth         iam (default) or jwt
+//	exactonce:jwtIssuer    JWT issuer URL (auth=jwt)
+//	exactonce:jwtAudience  comma-separated audiences (auth=jwt)
+//	exactonce:alarmEmail   email subscribed to every alarm
+//	exactonce:eventSource  source of published events (default exactonce)
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+)
+
+func main() {
+	defer jsii.Close()
+	app := awscdk.NewApp(nil)
+	s, err := settingsFrom(app)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "infra:", err)
+		os.Exit(1)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	buildDir := filepath.Join(root, "dist", "lambda")
+	if err := BuildFunctions(root, buildDir); err != nil {
+		fmt.Fprintln(os.Stderr, "infra:", err)
+		os.Exit(1)
+	}
+	s.Code = func(name string) string { return filepath.Join(buildDir, name) }
+	name := contextString(app, "exactonce:stackName", "ExactOnce")
+	NewStack(app, name, &awscdk.StackProps{Description: jsii.String("ExactOnce: actions consumed exactly once")}, s)
+	awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{Verbose: jsii.Bool(true)}), nil)
+	app.Synth(nil)
+}
+
+// settingsFrom reads the stack settings from CDK context.
+func settingsFrom(app awscdk.App) (Settings, error) {
+	s := Settings{
+		Throwaway:   contextString(app, "exactonce:throwaway", "false") == "true",
+		Auth:        contextString(app, "exactonce:auth", "iam"),
+		JwtIssuer:   contextString(app, "exactonce:jwtIssuer", ""),
+		AlarmEmail:  contextString(app, "exactonce:alarmEmail", ""),
+		EventSource: contextString(app, "exactonce:eventSource", "exactonce"),
+	}
+	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
+		s.JwtAudience = strings.Split(aud, ",")
+	}
+	switch s.Auth {
+	case "iam":
+	case "jwt":
+		if s.JwtIssuer == "" || len(s.JwtAudience) == 0 {
+			return s, fmt.Errorf("exactonce:auth=jwt needs exactonce:jwtIssuer and exactonce:jwtAudience")
+		}
+	default:
+		return s, fmt.Errorf("exactonce:auth must be iam or jwt, not %q", s.Auth)
+	}
+	return s, nil
+}
+
+func contextString(app awscdk.App, key, def string) string {
+	v := app.Node().TryGetContext(jsii.String(key))
+	if v == nil {
+		return def
+	}
+	return fmt.Sprint(v)
+}

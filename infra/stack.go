@@ -1,0 +1,282 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+)
+
+// Settings are the stack's options, read from CDK context by settingsFrom.
+type Settings struct {
+	// Throwaway relaxes deletion protection and RETAIN, for test stages.
+	Throwaway bool
+	// Auth is "iam" (SigV4, the default) or "jwt" (JwtIssuer, JwtAudience).
+	Auth        string
+	JwtIssuer   string
+	JwtAudience []string
+	// AlarmEmail, when set, subscribes an email to every alarm.
+	AlarmEmail string
+	// EventSource is the "source" of the published events.
+	EventSource string
+	// Code returns the asset folder holding the bootstrap binary of a function.
+	Code func(name string) string
+}
+
+// Route is an HTTP route served by one function.
+type Route struct {
+	Function string
+	Method   awsapigatewayv2.HttpMethod
+	Path     string
+	// Table actions the function calls; nothing else on the table is allowed.
+	TableActions []string
+	// Secret reports whether the function reads the server secret.
+	Secret bool
+}
+
+// Routes are the API's routes: one function each, least privilege each.
+var Routes = []Route{
+	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem"}, true},
+	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false},
+	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true},
+	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, false},
+}
+
+// Function sizing. Go handlers doing one DynamoDB call need little memory,
+// but Lambda CPU scales with it: 256 MB keeps cold starts short and p99 low
+// at a cost per ms that the ~10 ms invocations barely notice. The API
+// timeout covers the SDK's retries of a throttled call (3 attempts with
+// backoff) with margin and stays well under API Gateway's 30 s limit.
+const (
+	apiMemoryMB      = 256
+	apiTimeout       = 10
+	publisherMemory  = 256
+	publisherTimeout = 60 // a stream batch of 100 records, PutEvents retries with backoff
+	logRetention     = awslogs.RetentionDays_ONE_MONTH
+)
+
+// NewStack defines the whole ExactOnce deployment.
+func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s Settings) awscdk.Stack {
+	stack := awscdk.NewStack(scope, &id, props)
+	removal := awscdk.RemovalPolicy_RETAIN
+	if s.Throwaway {
+		removal = awscdk.RemovalPolicy_DESTROY
+	}
+
+	table := awsdynamodb.NewTable(stack, jsii.String("Actions"), &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String("actionId"), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String("ttl"),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		Stream:             awsdynamodb.StreamViewType_NEW_AND_OLD_IMAGES,
+		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
+		DeletionProtection: jsii.Bool(!s.Throwaway),
+		RemovalPolicy:      removal,
+	})
+
+	secret := awssecretsmanager.NewSecret(stack, jsii.String("ServerSecret"), &awssecretsmanager.SecretProps{
+		Description: jsii.String("ExactOnce server secret: PIN HMAC and payload encryption keys are derived from it"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(64),
+			ExcludePunctuation: jsii.Bool(true),
+		},
+		RemovalPolicy: removal,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(secret, &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-SMG4"),
+		Reason: jsii.String("Rotating the server secret needs the old value kept beside the new one ({\"current\",\"previous\"}) " +
+			"so sealed payloads and PIN hashes stay usable; a single-value rotation Lambda would break them. Rotation is a documented manual step."),
+	}}, jsii.Bool(false))
+
+	env := map[string]*string{
+		"TABLE_NAME": table.TableName(),
+	}
+
+	// The HTTP API: IAM (SigV4) on every route unless JWT is chosen.
+	var authorizer awsapigatewayv2.IHttpRouteAuthorizer = awsapigatewayv2authorizers.NewHttpIamAuthorizer()
+	if s.Auth == "jwt" {
+		aud := make([]*string, len(s.JwtAudience))
+		for i, a := range s.JwtAudience {
+			aud[i] = jsii.String(a)
+		}
+		authorizer = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("Jwt"), jsii.String(s.JwtIssuer),
+			&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{JwtAudience: &aud})
+	}
+	api := awsapigatewayv2.NewHttpApi(stack, jsii.String("Api"), &awsapigatewayv2.HttpApiProps{
+		Description:       jsii.String("ExactOnce actions API"),
+		DefaultAuthorizer: authorizer,
+	})
+	accessLogs := awslogs.NewLogGroup(stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
+		Retention: logRetention, RemovalPolicy: removal,
+	})
+	stage := api.DefaultStage().Node().DefaultChild().(awsapigatewayv2.CfnStage)
+	stage.SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: accessLogs.LogGroupArn(),
+		Format: jsii.String(`{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","caller":"$context.identity.caller",` +
+			`"requestTime":"$context.requestTime","routeKey":"$context.routeKey","status":"$context.status",` +
+			`"latencyMs":"$context.responseLatency","integrationLatencyMs":"$context.integrationLatency",` +
+			`"integrationError":"$context.integrationErrorMessage","responseLength":"$context.responseLength"}`),
+	})
+	stage.SetDefaultRouteSettings(&awsapigatewayv2.CfnStage_RouteSettingsProperty{
+		ThrottlingRateLimit:  jsii.Number(1000),
+		ThrottlingBurstLimit: jsii.Number(2000),
+	})
+
+	var alarmAction awscloudwatch.IAlarmAction
+	if s.AlarmEmail != "" {
+		topic := awssns.NewTopic(stack, jsii.String("Alarms"), &awssns.TopicProps{
+			MasterKey:  awskms.Alias_FromAliasName(stack, jsii.String("SnsKey"), jsii.String("alias/aws/sns")),
+			EnforceSSL: jsii.Bool(true),
+		})
+		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(s.AlarmEmail), nil))
+		alarmAction = awscloudwatchactions.NewSnsAction(topic)
+	}
+	alarm := func(id string, metric awscloudwatch.IMetric, threshold float64, what string) {
+		a := awscloudwatch.NewAlarm(stack, jsii.String(id), &awscloudwatch.AlarmProps{
+			Metric:             metric,
+			Threshold:          jsii.Number(threshold),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+			AlarmDescription:   jsii.String(what),
+		})
+		if alarmAction != nil {
+			a.AddAlarmAction(alarmAction)
+		}
+	}
+	fiveMin := awscdk.Duration_Minutes(jsii.Number(5))
+
+	for _, r := range Routes {
+		fnEnv := map[string]*string{}
+		for k, v := range env {
+			fnEnv[k] = v
+		}
+		if r.Secret {
+			fnEnv["EXACTONCE_SECRET_ARN"] = secret.SecretArn()
+		}
+		fn := newFunction(stack, r.Function, s, fnEnv, apiMemoryMB, apiTimeout, removal)
+		fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings(r.TableActions...),
+			Resources: &[]*string{table.TableArn()},
+		}))
+		if r.Secret {
+			fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+				Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
+				Resources: &[]*string{secret.SecretArn()},
+			}))
+		}
+		api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(r.Path),
+			Methods:     &[]awsapigatewayv2.HttpMethod{r.Method},
+			Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(title(r.Function)+"Integration"), fn, nil),
+		})
+		alarm(title(r.Function)+"ErrorsAlarm", fn.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
+			"The "+r.Function+" function failed (crash or timeout): see its log group")
+	}
+
+	// Events: stream → publisher → custom bus; what cannot be published after
+	// the retries lands on the on-failure queue.
+	bus := awsevents.NewEventBus(stack, jsii.String("Bus"), &awsevents.EventBusProps{
+		Description: jsii.String("ExactOnce action events: action.consumed, action.canceled, action.expired"),
+	})
+	onFailure := awssqs.NewQueue(stack, jsii.String("PublisherOnFailure"), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		RemovalPolicy:   removal,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(onFailure, &[]*cdknag.NagPackSuppression{{
+		Id:     jsii.String("AwsSolutions-SQS3"),
+		Reason: jsii.String("This queue is itself the on-failure destination (DLQ) of the stream publisher; a DLQ of a DLQ adds nothing."),
+	}}, jsii.Bool(false))
+
+	publisher := newFunction(stack, "publisher", s, map[string]*string{
+		"EVENT_BUS_NAME": bus.EventBusName(),
+		"EVENT_SOURCE":   jsii.String(s.EventSource),
+	}, publisherMemory, publisherTimeout, removal)
+	publisher.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("events:PutEvents"),
+		Resources: &[]*string{bus.EventBusArn()},
+	}))
+	publisher.AddEventSource(awslambdaeventsources.NewDynamoEventSource(table, &awslambdaeventsources.DynamoEventSourceProps{
+		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
+		BatchSize:               jsii.Number(100),
+		BisectBatchOnError:      jsii.Bool(true),
+		RetryAttempts:           jsii.Number(10),
+		MaxRecordAge:            awscdk.Duration_Hours(jsii.Number(24)),
+		ReportBatchItemFailures: jsii.Bool(true),
+		OnFailure:               awslambdaeventsources.NewSqsDlq(onFailure),
+	}))
+	cdknag.NagSuppressions_AddResourceSuppressions(publisher.Role(), &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("dynamodb:ListStreams cannot be scoped to a resource, and the stream ARN's label is only known at deploy time " +
+			"(Resource::<ActionsTable...StreamArn>); both come from the DynamoDB event source mapping grant."),
+		AppliesTo: &[]interface{}{jsii.String("Resource::*")},
+	}}, jsii.Bool(true))
+	alarm("PublisherErrorsAlarm", publisher.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
+		"The stream publisher failed: events are being retried; see its log group")
+	alarm("StreamIteratorAgeAlarm", publisher.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Maximum")}),
+		60_000, "Events are published more than a minute after their write: the publisher is falling behind or failing")
+	alarm("OnFailureQueueAlarm", onFailure.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Maximum")}),
+		1, "Stream records gave up after every retry: their events were NOT published; inspect the queue and replay them")
+	alarm("Api5xxAlarm", api.MetricServerError(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
+		"The API answered 5xx: DynamoDB unavailable (503) or a function failure")
+
+	out := func(id string, v *string, what string) {
+		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(what)})
+	}
+	out("ApiUrl", api.ApiEndpoint(), "HTTPS endpoint of the actions API")
+	out("TableName", table.TableName(), "DynamoDB table of actions")
+	out("EventBusName", bus.EventBusName(), "EventBridge bus the events are published on")
+	out("EventBusArn", bus.EventBusArn(), "ARN of the event bus")
+	out("OnFailureQueueUrl", onFailure.QueueUrl(), "SQS queue of stream records that could not be published")
+	return stack
+}
+
+// newFunction makes one arm64 provided.al2023 function with its own log
+// group (JSON logs, retention) and its own role that may only write there.
+func newFunction(stack awscdk.Stack, name string, s Settings, env map[string]*string, memoryMB, timeoutS float64, removal awscdk.RemovalPolicy) awslambda.Function {
+	id := title(name)
+	logs := awslogs.NewLogGroup(stack, jsii.String(id+"Logs"), &awslogs.LogGroupProps{Retention: logRetention, RemovalPolicy: removal})
+	role := awsiam.NewRole(stack, jsii.String(id+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("ExactOnce " + name + " function"),
+	})
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
+		Resources: &[]*string{logs.LogGroupArn()}, // the attribute already ends in :* (its streams)
+	}))
+	return awslambda.NewFunction(stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
+		Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:  awslambda.Architecture_ARM_64(),
+		Handler:       jsii.String("bootstrap"),
+		Code:          awslambda.Code_FromAsset(jsii.String(s.Code(name)), nil),
+		MemorySize:    jsii.Number(memoryMB),
+		Timeout:       awscdk.Duration_Seconds(jsii.Number(timeoutS)),
+		Environment:   &env,
+		Role:          role,
+		LogGroup:      logs,
+		LoggingFormat: awslambda.LoggingFormat_JSON,
+		Description:   jsii.String("ExactOnce " + name),
+	})
+}
+
+func title(s string) string { return string(s[0]-'a'+'A') + s[1:] }

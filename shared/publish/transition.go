@@ -1,0 +1,146 @@
+// Package publish turns committed action writes, read from the DynamoDB
+// stream, into EventBridge events: the outbox vertex of the
+// effectively-once triangle. An event exists if and only if its write
+// committed, and its id is deterministic, so redelivery is harmless.
+package publish
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	lambdaevents "github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Entry is one event to publish, derived from one stream record.
+type Entry struct {
+	DetailType string
+	EventID    string
+	Detail     []byte // JSON of an events.Consumed / Canceled / Expired
+}
+
+// Derive returns the event a stream record stands for, or nil when the
+// record is not a transition subscribers hear about (a create, a PIN
+// counter, the TTL deletion of a finished action).
+func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
+	var old, cur *action.Action
+	var err error
+	if len(rec.Change.OldImage) > 0 {
+		if old, err = decode(rec.Change.OldImage); err != nil {
+			return nil, err
+		}
+	}
+	if len(rec.Change.NewImage) > 0 {
+		if cur, err = decode(rec.Change.NewImage); err != nil {
+			return nil, err
+		}
+	}
+	switch rec.EventName {
+	case "MODIFY":
+		if old == nil || cur == nil {
+			return nil, fmt.Errorf("publish: MODIFY record %s lacks an image (the stream must be NEW_AND_OLD_IMAGES)", rec.EventID)
+		}
+		switch {
+		case old.ConsumedAt.IsZero() && !cur.ConsumedAt.IsZero():
+			return entry(events.TypeConsumed, cur, &events.Consumed{
+				Common: common(events.TypeConsumed, cur, cur.ConsumedAt), ConsumedAt: store.FormatTime(cur.ConsumedAt), Reason: cur.ConsumedReason,
+			})
+		case old.CanceledAt.IsZero() && !cur.CanceledAt.IsZero():
+			return entry(events.TypeCanceled, cur, &events.Canceled{
+				Common: common(events.TypeCanceled, cur, cur.CanceledAt), CanceledAt: store.FormatTime(cur.CanceledAt), Reason: cur.CancelReason,
+			})
+		case old.ExpiredAt.IsZero() && !cur.ExpiredAt.IsZero():
+			return expired(cur, "sweep")
+		}
+	case "REMOVE":
+		if old != nil && byTTL(rec) && !old.Finished() {
+			return expired(old, "ttl")
+		}
+	}
+	return nil, nil
+}
+
+// byTTL reports whether DynamoDB's TTL process deleted the item.
+func byTTL(rec lambdaevents.DynamoDBEventRecord) bool {
+	return rec.UserIdentity != nil && rec.UserIdentity.Type == "Service" && rec.UserIdentity.PrincipalID == "dynamodb.amazonaws.com"
+}
+
+// expired builds action.expired. Its id and occurredAt depend only on the
+// action, not on who detected the expiry, so a sweep and a TTL deletion of
+// the same action yield the same event.
+func expired(a *action.Action, by string) (*Entry, error) {
+	return entry(events.TypeExpired, a, &events.Expired{
+		Common: common(events.TypeExpired, a, a.ExpiresAt), ExpiresAt: store.FormatTime(a.ExpiresAt), DetectedBy: by,
+	})
+}
+
+func common(detailType string, a *action.Action, at time.Time) events.Common {
+	return events.Common{
+		Version:    events.Version,
+		EventID:    events.EventID(detailType, a.ID, store.FormatTime(a.CreatedAt)),
+		ActionID:   a.ID,
+		UserID:     a.UserID,
+		Kind:       a.Kind,
+		OccurredAt: store.FormatTime(at.UTC()),
+		Metadata:   a.Metadata,
+	}
+}
+
+func entry(detailType string, a *action.Action, detail any) (*Entry, error) {
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return nil, err
+	}
+	return &Entry{DetailType: detailType, EventID: events.EventID(detailType, a.ID, store.FormatTime(a.CreatedAt)), Detail: b}, nil
+}
+
+// decode reads a stream image with the store's own decoder.
+func decode(img map[string]lambdaevents.DynamoDBAttributeValue) (*action.Action, error) {
+	item := make(map[string]types.AttributeValue, len(img))
+	for k, v := range img {
+		item[k] = attr(v)
+	}
+	return store.Decode(item)
+}
+
+// attr converts a Lambda stream attribute to the SDK's type.
+func attr(v lambdaevents.DynamoDBAttributeValue) types.AttributeValue {
+	switch v.DataType() {
+	case lambdaevents.DataTypeString:
+		return &types.AttributeValueMemberS{Value: v.String()}
+	case lambdaevents.DataTypeNumber:
+		return &types.AttributeValueMemberN{Value: v.Number()}
+	case lambdaevents.DataTypeBinary:
+		return &types.AttributeValueMemberB{Value: v.Binary()}
+	case lambdaevents.DataTypeBoolean:
+		return &types.AttributeValueMemberBOOL{Value: v.Boolean()}
+	case lambdaevents.DataTypeNull:
+		return &types.AttributeValueMemberNULL{Value: true}
+	case lambdaevents.DataTypeStringSet:
+		return &types.AttributeValueMemberSS{Value: v.StringSet()}
+	case lambdaevents.DataTypeNumberSet:
+		return &types.AttributeValueMemberNS{Value: v.NumberSet()}
+	case lambdaevents.DataTypeBinarySet:
+		return &types.AttributeValueMemberBS{Value: v.BinarySet()}
+	case lambdaevents.DataTypeList:
+		l := v.List()
+		out := make([]types.AttributeValue, len(l))
+		for i, e := range l {
+			out[i] = attr(e)
+		}
+		return &types.AttributeValueMemberL{Value: out}
+	case lambdaevents.DataTypeMap:
+		m := v.Map()
+		out := make(map[string]types.AttributeValue, len(m))
+		for k, e := range m {
+			out[k] = attr(e)
+		}
+		return &types.AttributeValueMemberM{Value: out}
+	}
+	return &types.AttributeValueMemberNULL{Value: true}
+}
