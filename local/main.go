@@ -56,10 +56,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log})
+	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true})
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -71,6 +72,7 @@ func run() error {
 	}
 	fmt.Printf("ExactOnce local: %s (DynamoDB Local at %s, data %s)\n", url, endpoint, storage)
 	fmt.Printf("  %s\n", secretNote)
+	fmt.Printf("  events: %s/_local/events (local EventBridge)\n", url)
 	fmt.Printf("  try: curl -s -X POST %s/actions -H 'Content-Type: application/json' -d '{\"userId\":\"u1\"}'\n", url)
 
 	hs := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 10 * time.Second}

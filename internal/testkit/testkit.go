@@ -88,8 +88,11 @@ type Env struct {
 	offset  atomic.Int64
 }
 
+// WithEvents runs the stream publisher and the local bus in the Env.
+func WithEvents(o *server.Options) { o.Events = true; o.EventLog = io.Discard }
+
 // NewEnv starts a local server on its own table (named after the test).
-func NewEnv(t testing.TB) *Env {
+func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	t.Helper()
 	cfg := config.Local(Endpoint)
 	counter := NewCounter(cfg.HTTPClient)
@@ -99,16 +102,21 @@ func NewEnv(t testing.TB) *Env {
 	if len(table) > 200 {
 		table = table[:200]
 	}
-	srv, err := server.New(context.Background(), server.Options{
+	o := server.Options{
 		DynamoDBEndpoint: Endpoint,
 		Table:            table,
 		Secret:           "test-secret-0123456789abcdefghijklmnopqrstuvwxyz",
 		Log:              slog.New(slog.NewJSONHandler(logs, nil)),
 		AWS:              &cfg,
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv, err := server.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	env := &Env{Server: srv, Counter: counter, Log: logs}
 	srv.API.Now = func() time.Time { return time.Now().Add(time.Duration(env.offset.Load())) }
 	hs := httptest.NewServer(srv.Handler)

@@ -5,12 +5,20 @@ package server
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+
+	"github.com/exactonce/exactonce/local/eventbus"
+	"github.com/exactonce/exactonce/local/streams"
+	"github.com/exactonce/exactonce/shared/publish"
 
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/shared/app"
@@ -32,6 +40,11 @@ type Options struct {
 	// AWS, when set, is used instead of config.Local(DynamoDBEndpoint), e.g. to
 	// put a counting or fault-injecting transport in the path.
 	AWS *aws.Config
+	// Events runs the stream publisher on the table's stream, publishing to a
+	// local EventBridge (its events at GET /_local/events).
+	Events bool
+	// EventLog receives one JSON line per published event (default os.Stdout).
+	EventLog io.Writer
 }
 
 // Server is a running local ExactOnce.
@@ -40,6 +53,18 @@ type Server struct {
 	Handler http.Handler
 	DB      *dynamodb.Client
 	Table   string
+	Bus     *eventbus.Bus // nil unless Options.Events
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// Close stops the stream reader and the local bus.
+func (s *Server) Close() {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+		s.Bus.Close()
+	}
 }
 
 // New creates the table if needed and wires the handlers.
@@ -66,5 +91,40 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	for route, h := range api.Routes() {
 		mux.Route(route, gateway.Handler(h))
 	}
-	return &Server{API: api, Handler: mux, DB: db, Table: o.Table}, nil
+	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table}
+	if o.Events {
+		if err := srv.startEvents(awsCfg, o); err != nil {
+			return nil, err
+		}
+		mux.Handle("GET /_local/events", srv.Bus.Handler())
+	}
+	return srv, nil
+}
+
+// startEvents runs the same publisher handler the Lambda runs, fed by the
+// table's real stream, publishing through the real SDK client to a local bus.
+func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
+	out := o.EventLog
+	if out == nil {
+		out = os.Stdout
+	}
+	bus, err := eventbus.New(out)
+	if err != nil {
+		return err
+	}
+	ebCfg := config.Local(bus.URL)
+	pub := publish.New(eventbridge.NewFromConfig(ebCfg), "exactonce-local", "exactonce", o.Log)
+	reader := &streams.Reader{
+		DB: s.DB, Streams: dynamodbstreams.NewFromConfig(awsCfg), Table: s.Table,
+		Handle: pub.Handle, Log: o.Log,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Bus, s.stop, s.done = bus, cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := reader.Run(ctx); err != nil && ctx.Err() == nil {
+			o.Log.Error("stream reader stopped", "error", err.Error())
+		}
+	}()
+	return nil
 }

@@ -1,0 +1,98 @@
+package server_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/eventbus"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func localEvents(t *testing.T, env *testkit.Env) []eventbus.Event {
+	t.Helper()
+	r := testkit.Do(t, nil, "GET", env.URL+"/_local/events", "")
+	var evs []eventbus.Event
+	if err := json.Unmarshal([]byte(r.Raw), &evs); err != nil {
+		t.Fatalf("/_local/events: %v: %s", err, r.Raw)
+	}
+	return evs
+}
+
+// waitEvents polls /_local/events until n events are there or 10 s pass.
+func waitEvents(t *testing.T, env *testkit.Env, n int) []eventbus.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := localEvents(t, env)
+		if len(evs) >= n || time.Now().After(deadline) {
+			return evs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEventsEndToEnd: create, consume, cancel, a wrong PIN and a replayed
+// consume through HTTP give exactly one action.consumed and one
+// action.canceled, each once, with nothing secret in them.
+func TestEventsEndToEnd(t *testing.T) {
+	env := testkit.NewEnv(t, testkit.WithEvents)
+	do := func(method, path, body string, h ...string) *testkit.Response {
+		return testkit.Do(t, nil, method, env.URL+path, body, h...)
+	}
+	do("POST", "/actions", `{"actionId":"e1","userId":"u1","kind":"coupon","metadata":{"c":"bf"},"pin":"2468","payload":{"secret":"s3cr3t"}}`)
+	do("POST", "/actions", `{"actionId":"e2","userId":"u2"}`)
+	do("POST", "/actions", `{"actionId":"e3","userId":"u3"}`) // stays open: no event
+	do("POST", "/actions/e1/consume", `{"pin":"0000"}`)      // wrong PIN: a write, no event
+	start := time.Now()
+	c := do("POST", "/actions/e1/consume", `{"pin":"2468","reason":"checkout"}`, "Idempotency-Key", "k")
+	first := waitEvents(t, env, 1)
+	latency := time.Since(start)
+	do("POST", "/actions/e1/consume", `{"pin":"2468","reason":"checkout"}`, "Idempotency-Key", "k") // replay: no write
+	do("POST", "/actions/e1/consume", `{"pin":"2468"}`)                                              // already used: no write
+	do("POST", "/actions/e2/cancel", `{"reason":"refund"}`)
+	do("POST", "/actions/e2/cancel", ``) // second cancel: no write
+
+	evs := waitEvents(t, env, 2)
+	time.Sleep(500 * time.Millisecond) // anything extra would show up by now
+	evs = localEvents(t, env)
+	t.Logf("consume → event at /_local/events: %s", latency)
+	if len(first) == 0 || latency > 2*time.Second {
+		t.Fatalf("consume's event took %s (want within 2 s)", latency)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2: %+v", len(evs), evs)
+	}
+	var consumed, canceled map[string]any
+	for _, e := range evs {
+		var d map[string]any
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			t.Fatal(err)
+		}
+		if e.Source != "exactonce" {
+			t.Errorf("source %q", e.Source)
+		}
+		for _, secret := range []string{"s3cr3t", "2468", "pinHash", "payload", "\"k\""} {
+			if strings.Contains(string(e.Detail), secret) {
+				t.Errorf("event leaks %q: %s", secret, e.Detail)
+			}
+		}
+		switch e.DetailType {
+		case "action.consumed":
+			consumed = d
+		case "action.canceled":
+			canceled = d
+		}
+	}
+	if consumed == nil || consumed["actionId"] != "e1" || consumed["consumedAt"] != c.Str("consumedAt") || consumed["reason"] != "checkout" ||
+		consumed["kind"] != "coupon" || consumed["version"] != "1" || consumed["eventId"] == "" {
+		t.Errorf("consumed event: %v", consumed)
+	}
+	if canceled == nil || canceled["actionId"] != "e2" || canceled["reason"] != "refund" {
+		t.Errorf("canceled event: %v", canceled)
+	}
+}
+

@@ -1,0 +1,274 @@
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	lambdaevents "github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+
+	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+type img = map[string]lambdaevents.DynamoDBAttributeValue
+
+func str(v string) lambdaevents.DynamoDBAttributeValue { return lambdaevents.NewStringAttribute(v) }
+func num(v int64) lambdaevents.DynamoDBAttributeValue {
+	return lambdaevents.NewNumberAttribute(fmt.Sprint(v))
+}
+
+// base is an open action's image, with extra attributes.
+func base(id string, extra ...any) img {
+	m := img{
+		"actionId": str(id), "userId": str("u1"), "kind": str("coupon"),
+		"activeAtMs": num(1_700_000_000_000), "expiresAtMs": num(1_700_086_400_000),
+		"createdAt": str("2023-11-14T22:13:20.000Z"), "ttl": num(1_702_678_400),
+		"metadata": lambdaevents.NewMapAttribute(img{"campaign": str("bf")}),
+		"payload":  lambdaevents.NewBinaryAttribute([]byte("sealed-secret-bytes")),
+		"pinHash":  lambdaevents.NewBinaryAttribute([]byte("hash-bytes")), "pinFailures": num(0), "maxPinAttempts": num(3),
+		"consumeKey": str("idem-key-value"),
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1].(lambdaevents.DynamoDBAttributeValue)
+	}
+	return m
+}
+
+func record(name string, old, cur img, ttl bool, seq string) lambdaevents.DynamoDBEventRecord {
+	r := lambdaevents.DynamoDBEventRecord{EventName: name, EventID: "ev-" + seq,
+		Change: lambdaevents.DynamoDBStreamRecord{OldImage: old, NewImage: cur, SequenceNumber: seq}}
+	if ttl {
+		r.UserIdentity = &lambdaevents.DynamoDBUserIdentity{Type: "Service", PrincipalID: "dynamodb.amazonaws.com"}
+	}
+	return r
+}
+
+func TestDerive(t *testing.T) {
+	consumed := base("a", "consumedAt", str("2023-11-14T23:00:00.000Z"), "consumedReason", str("checkout"))
+	canceled := base("a", "canceledAt", str("2023-11-14T23:00:00.000Z"), "cancelReason", str("refund"))
+	swept := base("a", "expiredAt", str("2023-11-15T22:14:00.000Z"))
+	tests := []struct {
+		name string
+		rec  lambdaevents.DynamoDBEventRecord
+		want string // detail type, "" for no event
+	}{
+		{"create emits nothing", record("INSERT", nil, base("a"), false, "1"), ""},
+		{"consume", record("MODIFY", base("a"), consumed, false, "2"), events.TypeConsumed},
+		{"cancel", record("MODIFY", base("a"), canceled, false, "3"), events.TypeCanceled},
+		{"sweep marks expired", record("MODIFY", base("a"), swept, false, "4"), events.TypeExpired},
+		{"wrong PIN counter emits nothing", record("MODIFY", base("a"), base("a", "pinFailures", num(1)), false, "5"), ""},
+		{"a later write to a consumed action emits nothing", record("MODIFY", consumed, consumed, false, "6"), ""},
+		{"TTL removal of an unfinished action is its expiry", record("REMOVE", base("a"), nil, true, "7"), events.TypeExpired},
+		{"TTL removal of a consumed action emits nothing", record("REMOVE", consumed, nil, true, "8"), ""},
+		{"TTL removal of a swept action emits nothing", record("REMOVE", swept, nil, true, "9"), ""},
+		{"TTL removal of a canceled action emits nothing", record("REMOVE", canceled, nil, true, "10"), ""},
+		{"a delete by a user is not an expiry", record("REMOVE", base("a"), nil, false, "11"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := Derive(tt.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if e != nil {
+				got = e.DetailType
+				for _, secret := range []string{"sealed-secret-bytes", "hash-bytes", "idem-key-value", "pinHash", "payload", "c2VhbGVk"} {
+					if strings.Contains(string(e.Detail), secret) {
+						t.Fatalf("detail leaks %q: %s", secret, e.Detail)
+					}
+				}
+			}
+			if got != tt.want {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	// Same transition → same id, whoever detects it; other transitions differ.
+	sweep, _ := Derive(record("MODIFY", base("a"), swept, false, "1"))
+	byTTL, _ := Derive(record("REMOVE", base("a"), nil, true, "2"))
+	again, _ := Derive(record("MODIFY", base("a"), swept, false, "3"))
+	cons, _ := Derive(record("MODIFY", base("a"), consumed, false, "4"))
+	if sweep.EventID != byTTL.EventID || sweep.EventID != again.EventID || cons.EventID == sweep.EventID {
+		t.Fatalf("event ids: sweep %s ttl %s again %s consumed %s", sweep.EventID, byTTL.EventID, again.EventID, cons.EventID)
+	}
+	var d events.Consumed
+	if err := json.Unmarshal(cons.Detail, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Version != "1" || d.EventID != cons.EventID || d.ActionID != "a" || d.UserID != "u1" || d.Kind != "coupon" ||
+		d.ConsumedAt != "2023-11-14T23:00:00.000Z" || d.OccurredAt != d.ConsumedAt || d.Reason != "checkout" || d.Metadata["campaign"] != "bf" {
+		t.Fatalf("consumed detail: %+v", d)
+	}
+}
+
+// fakeEventBridge answers PutEvents. fail decides, per call number and entry,
+// whether to reject the entry; status, when not 200, fails the whole call.
+type fakeEventBridge struct {
+	mu       sync.Mutex
+	calls    int
+	accepted map[string]int // eventId → times accepted
+	order    []string
+	fail     func(call, entry int, eventID string) bool
+	status   func(call int) int
+}
+
+func (f *fakeEventBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	var in struct{ Entries []struct{ Detail string } }
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &in)
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	if f.status != nil {
+		if s := f.status(f.calls); s != 200 {
+			w.WriteHeader(s)
+			code := "InternalException"
+			if s == 400 {
+				code = "ThrottlingException"
+			}
+			fmt.Fprintf(w, `{"__type":"%s","message":"injected"}`, code)
+			return
+		}
+	}
+	type res struct {
+		EventId   string `json:",omitempty"`
+		ErrorCode string `json:",omitempty"`
+	}
+	out := struct {
+		FailedEntryCount int
+		Entries          []res
+	}{}
+	for i, e := range in.Entries {
+		var d events.Common
+		_ = json.Unmarshal([]byte(e.Detail), &d)
+		if f.fail != nil && f.fail(f.calls, i, d.EventID) {
+			out.FailedEntryCount++
+			out.Entries = append(out.Entries, res{ErrorCode: "InternalFailure"})
+			continue
+		}
+		f.accepted[d.EventID]++
+		f.order = append(f.order, d.EventID)
+		out.Entries = append(out.Entries, res{EventId: "eb-" + d.EventID})
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func newPublisher(t *testing.T, f *fakeEventBridge) *Publisher {
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	f.accepted = map[string]int{}
+	cfg := config.Local(srv.URL)
+	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), time.Millisecond) }
+	p := New(eventbridge.NewFromConfig(cfg), "bus", "exactonce", slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	p.sleep = func(context.Context, time.Duration) error { return nil }
+	return p
+}
+
+// consumes returns n stream records, each an action's consumption.
+func consumes(n int) lambdaevents.DynamoDBEvent {
+	var ev lambdaevents.DynamoDBEvent
+	for i := range n {
+		id := fmt.Sprintf("a%03d", i)
+		ev.Records = append(ev.Records, record("MODIFY", base(id),
+			base(id, "consumedAt", str("2023-11-14T23:00:00.000Z")), false, fmt.Sprintf("%05d", i)))
+	}
+	return ev
+}
+
+func TestPublishHappyPath(t *testing.T) {
+	for _, n := range []int{1, 10, 11, 100} {
+		f := &fakeEventBridge{}
+		resp, err := newPublisher(t, f).Handle(context.Background(), consumes(n))
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("n=%d: %v %+v", n, err, resp)
+		}
+		if want := (n + 9) / 10; f.calls != want {
+			t.Fatalf("n=%d: %d PutEvents calls, want %d", n, f.calls, want)
+		}
+		if len(f.accepted) != n {
+			t.Fatalf("n=%d: %d events accepted", n, len(f.accepted))
+		}
+	}
+}
+
+func TestPublishRetriesOnlyFailedEntries(t *testing.T) {
+	// Call 1 rejects entries 2 and 7; call 2 (the retry of those two) rejects the first again; call 3 accepts.
+	f := &fakeEventBridge{fail: func(call, entry int, _ string) bool {
+		return call == 1 && (entry == 2 || entry == 7) || call == 2 && entry == 0
+	}}
+	resp, err := newPublisher(t, f).Handle(context.Background(), consumes(10))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("%v %+v", err, resp)
+	}
+	if f.calls != 3 || len(f.accepted) != 10 {
+		t.Fatalf("calls %d, accepted %d", f.calls, len(f.accepted))
+	}
+	for id, n := range f.accepted {
+		if n != 1 {
+			t.Fatalf("event %s accepted %d times", id, n)
+		}
+	}
+}
+
+func TestPublishThrottlingAnd5xx(t *testing.T) {
+	f := &fakeEventBridge{status: func(call int) int {
+		switch call {
+		case 1:
+			return 400 // ThrottlingException
+		case 2:
+			return 500
+		}
+		return 200
+	}}
+	resp, err := newPublisher(t, f).Handle(context.Background(), consumes(25))
+	if err != nil || len(resp.BatchItemFailures) != 0 || len(f.accepted) != 25 {
+		t.Fatalf("%v %+v accepted %d", err, resp, len(f.accepted))
+	}
+}
+
+// TestPublishGivesUp: when an entry keeps failing, the earliest record whose
+// event was not accepted is reported, and nothing after it is claimed.
+func TestPublishGivesUp(t *testing.T) {
+	ev := consumes(30)
+	// Insert a record with no event between, to check sequence numbers map right.
+	ev.Records = append(ev.Records[:12], append([]lambdaevents.DynamoDBEventRecord{record("INSERT", nil, base("new"), false, "create")}, ev.Records[12:]...)...)
+	// The event of action a013 is rejected every time it is sent.
+	rejectID := events.EventID(events.TypeConsumed, "a013", "2023-11-14T22:13:20.000Z")
+	f := &fakeEventBridge{fail: func(_, _ int, id string) bool { return id == rejectID }}
+	p := newPublisher(t, f)
+	resp, err := p.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a013 is record 14 (after the inserted create); its sequence number is "00013".
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "00013" {
+		t.Fatalf("batch item failures %+v, want the record of a013", resp.BatchItemFailures)
+	}
+	if f.accepted[rejectID] != 0 {
+		t.Fatal("the rejected event was counted as accepted")
+	}
+	// The first batch (a000..a009) went through; the second batch's other
+	// entries may be accepted too (they are re-sent with the same ids on
+	// Lambda's retry); nothing after that batch was sent.
+	if len(f.accepted) != 19 || f.accepted[events.EventID(events.TypeConsumed, "a020", "2023-11-14T22:13:20.000Z")] != 0 {
+		t.Fatalf("%d accepted, want the 19 of the first two batches but a013", len(f.accepted))
+	}
+	if f.calls != 1+p.Attempts {
+		t.Fatalf("%d calls, want 1 + %d attempts of the failing batch", f.calls, p.Attempts)
+	}
+}
