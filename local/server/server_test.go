@@ -46,13 +46,13 @@ func TestEventsEndToEnd(t *testing.T) {
 	do("POST", "/actions", `{"actionId":"e1","userId":"u1","kind":"coupon","metadata":{"c":"bf"},"pin":"2468","payload":{"secret":"s3cr3t"}}`)
 	do("POST", "/actions", `{"actionId":"e2","userId":"u2"}`)
 	do("POST", "/actions", `{"actionId":"e3","userId":"u3"}`) // stays open: no event
-	do("POST", "/actions/e1/consume", `{"pin":"0000"}`)      // wrong PIN: a write, no event
+	do("POST", "/actions/e1/consume", `{"pin":"0000"}`)       // wrong PIN: a write, no event
 	start := time.Now()
 	c := do("POST", "/actions/e1/consume", `{"pin":"2468","reason":"checkout"}`, "Idempotency-Key", "k")
 	first := waitEvents(t, env, 1)
 	latency := time.Since(start)
 	do("POST", "/actions/e1/consume", `{"pin":"2468","reason":"checkout"}`, "Idempotency-Key", "k") // replay: no write
-	do("POST", "/actions/e1/consume", `{"pin":"2468"}`)                                              // already used: no write
+	do("POST", "/actions/e1/consume", `{"pin":"2468"}`)                                             // already used: no write
 	do("POST", "/actions/e2/cancel", `{"reason":"refund"}`)
 	do("POST", "/actions/e2/cancel", ``) // second cancel: no write
 
@@ -95,4 +95,3 @@ func TestEventsEndToEnd(t *testing.T) {
 		t.Errorf("canceled event: %v", canceled)
 	}
 }
-
