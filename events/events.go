@@ -1,6 +1,6 @@
 // Package events is ExactOnce's public event contract: the detail of every
 // event published to EventBridge, a parser for subscribers, and an
-// idempotent-consumer helper (see Once). Delivery is at-least-once; the
+// idempotent-consumer helper (package events/once). Delivery is at-least-once; the
 // eventId is deterministic, so subscribers de-duplicate on it.
 package events
 

@@ -1,0 +1,301 @@
+package once_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/events/once"
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// newGuard makes a claims table for the test on DynamoDB Local, with a
+// request counter on the real SDK client.
+func newGuard(t *testing.T) (*once.Guard, *testkit.Counter, *dynamodb.Client) {
+	t.Helper()
+	cfg := config.Local(testkit.Endpoint)
+	counter := testkit.NewCounter(cfg.HTTPClient)
+	cfg.HTTPClient = counter
+	db := dynamodb.NewFromConfig(cfg)
+	table := "once-" + strings.ReplaceAll(t.Name(), "/", "-")
+	if err := once.CreateTable(context.Background(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	counter.Take()
+	return once.New(db, table), counter, db
+}
+
+func claim(t *testing.T, db *dynamodb.Client, g *once.Guard, id string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: &g.Table, ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"eventId": &types.AttributeValueMemberS{Value: id}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+func str(item map[string]types.AttributeValue, k string) string {
+	switch v := item[k].(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return v.Value
+	}
+	return ""
+}
+
+func TestRunsOncePerEventID(t *testing.T) {
+	g, counter, db := newGuard(t)
+	ctx := context.Background()
+	var runs int
+	fn := func(context.Context) error { runs++; return nil }
+
+	ran, err := g.Do(ctx, "ev-1", fn)
+	if err != nil || !ran {
+		t.Fatalf("first delivery: ran=%v err=%v", ran, err)
+	}
+	if got := counter.Take(); got["PutItem"] != 1 || got["UpdateItem"] != 1 || len(got) != 2 {
+		t.Errorf("first delivery requests %v, want one PutItem (claim) and one UpdateItem (done)", got)
+	}
+	for range 3 {
+		ran, err = g.Do(ctx, "ev-1", fn)
+		if err != nil || ran {
+			t.Fatalf("redelivery: ran=%v err=%v", ran, err)
+		}
+	}
+	if got := counter.Take(); got["PutItem"] != 3 || len(got) != 1 {
+		t.Errorf("3 redeliveries made %v, want 3 PutItem only", got)
+	}
+	if runs != 1 {
+		t.Fatalf("handler ran %d times, want 1", runs)
+	}
+	if ran, err := g.Do(ctx, "ev-2", fn); !ran || err != nil || runs != 2 {
+		t.Fatalf("another event id: ran=%v err=%v runs=%d", ran, err, runs)
+	}
+	item := claim(t, db, g, "ev-1")
+	if str(item, "state") != "done" || str(item, "doneAt") == "" || item["leaseUntilMs"] != nil {
+		t.Errorf("done claim: %v", item)
+	}
+	ttl, _ := strconv.ParseInt(str(item, "ttl"), 10, 64)
+	if want := time.Now().Add(once.DefaultRetention).Unix(); ttl < want-60 || ttl > want+60 {
+		t.Errorf("ttl %d, want about %d (now + retention)", ttl, want)
+	}
+	if _, err := g.Do(ctx, "", fn); err == nil {
+		t.Error("empty event id accepted")
+	}
+}
+
+func TestFailedHandlerReleasesClaim(t *testing.T) {
+	g, counter, db := newGuard(t)
+	ctx := context.Background()
+	boom := errors.New("downstream down")
+	ran, err := g.Do(ctx, "ev", func(context.Context) error { return boom })
+	if !ran || !errors.Is(err, boom) {
+		t.Fatalf("failing handler: ran=%v err=%v (want its own error)", ran, err)
+	}
+	if got := counter.Take(); got["PutItem"] != 1 || got["DeleteItem"] != 1 || len(got) != 2 {
+		t.Errorf("failed delivery requests %v, want PutItem + DeleteItem", got)
+	}
+	if item := claim(t, db, g, "ev"); item != nil {
+		t.Fatalf("claim kept after failure: %v", item)
+	}
+	ran, err = g.Do(ctx, "ev", func(context.Context) error { return nil })
+	if !ran || err != nil {
+		t.Fatalf("redelivery after failure: ran=%v err=%v", ran, err)
+	}
+}
+
+func TestPanickingHandlerReleasesClaim(t *testing.T) {
+	g, _, db := newGuard(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "kaboom" {
+				t.Fatalf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		g.Do(context.Background(), "ev", func(context.Context) error { panic("kaboom") })
+	}()
+	if item := claim(t, db, g, "ev"); item != nil {
+		t.Fatalf("claim kept after panic: %v", item)
+	}
+}
+
+// TestConcurrentDuplicates: 40 deliveries of one event at once, each retried
+// like EventBridge would until it is acknowledged; the first run fails. The
+// effect happens exactly once and every delivery ends acknowledged.
+func TestConcurrentDuplicates(t *testing.T) {
+	g, _, _ := newGuard(t)
+	var attempts, effects, inProgress atomic.Int32
+	fn := func(context.Context) error {
+		if attempts.Add(1) == 1 {
+			return errors.New("first attempt fails")
+		}
+		time.Sleep(20 * time.Millisecond) // hold the claim while others arrive
+		effects.Add(1)
+		return nil
+	}
+	const deliveries = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, deliveries)
+	start := make(chan struct{})
+	for range deliveries {
+		wg.Go(func() {
+			<-start
+			for try := 0; ; try++ {
+				_, err := g.Do(context.Background(), "ev-race", fn)
+				switch {
+				case err == nil:
+					return
+				case errors.Is(err, once.ErrInProgress):
+					inProgress.Add(1)
+				case err.Error() != "first attempt fails":
+					errs <- err
+					return
+				}
+				if try > 500 {
+					errs <- errors.New("never acknowledged")
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if effects.Load() != 1 {
+		t.Fatalf("effect happened %d times, want exactly 1", effects.Load())
+	}
+	if attempts.Load() != 2 {
+		t.Errorf("handler attempted %d times, want 2 (one failure, one success)", attempts.Load())
+	}
+	t.Logf("%d deliveries: %d handler runs, %d ErrInProgress answers", deliveries, attempts.Load(), inProgress.Load())
+}
+
+// TestLeaseTakeover: a holder that never finishes (a crashed process) blocks
+// redeliveries only until its lease lapses; then one takes over, and the
+// stale holder can neither mark done nor release the new claim.
+func TestLeaseTakeover(t *testing.T) {
+	g, _, db := newGuard(t)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	g.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	g.Lease = time.Minute
+	ctx := context.Background()
+
+	stuck, resume := make(chan struct{}), make(chan error)
+	staleResult := make(chan error)
+	go func() {
+		_, err := g.Do(ctx, "ev", func(context.Context) error { close(stuck); return <-resume })
+		staleResult <- err
+	}()
+	<-stuck
+
+	if _, err := g.Do(ctx, "ev", func(context.Context) error { t.Error("ran during a live lease"); return nil }); !errors.Is(err, once.ErrInProgress) {
+		t.Fatalf("during the lease: %v, want ErrInProgress", err)
+	}
+	clock.Add((61 * time.Second).Milliseconds())
+	var took bool
+	tookOver := make(chan struct{})
+	go func() {
+		ran, err := g.Do(ctx, "ev", func(context.Context) error {
+			took = true
+			close(tookOver)
+			return nil
+		})
+		if !ran || err != nil {
+			t.Errorf("takeover: ran=%v err=%v", ran, err)
+		}
+	}()
+	<-tookOver
+	time.Sleep(100 * time.Millisecond) // let the takeover mark done
+
+	resume <- errors.New("stale holder fails late") // its release must not delete the new claim
+	if err := <-staleResult; err == nil || errors.Is(err, once.ErrLeaseLost) {
+		t.Fatalf("stale holder: %v, want its own error", err)
+	}
+	if !took || str(claim(t, db, g, "ev"), "state") != "done" {
+		t.Fatalf("after takeover: took=%v claim=%v", took, claim(t, db, g, "ev"))
+	}
+	if ran, err := g.Do(ctx, "ev", func(context.Context) error { return nil }); ran || err != nil {
+		t.Fatalf("after done: ran=%v err=%v", ran, err)
+	}
+}
+
+// TestStaleHolderSucceedsLate: a holder that outlives its lease and then
+// succeeds learns it (ErrLeaseLost) instead of overwriting the new claim.
+func TestStaleHolderSucceedsLate(t *testing.T) {
+	g, _, db := newGuard(t)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	g.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	g.Lease = time.Minute
+	ctx := context.Background()
+	ran, err := g.Do(ctx, "ev", func(context.Context) error {
+		clock.Add((2 * time.Minute).Milliseconds())
+		// Another delivery takes the lapsed claim and is still running.
+		_, err := g.Do(ctx, "ev", func(context.Context) error {
+			clock.Add(time.Second.Milliseconds())
+			return nil
+		})
+		if err != nil {
+			t.Errorf("takeover: %v", err)
+		}
+		return nil
+	})
+	if !ran || !errors.Is(err, once.ErrLeaseLost) {
+		t.Fatalf("stale success: ran=%v err=%v, want ErrLeaseLost", ran, err)
+	}
+	if str(claim(t, db, g, "ev"), "state") != "done" {
+		t.Fatal("claim not done")
+	}
+}
+
+// TestLeaseFollowsDeadline: in Lambda the lease is the invocation's
+// remaining time plus a margin, so a timed-out invocation frees its claim
+// right after it is killed.
+func TestLeaseFollowsDeadline(t *testing.T) {
+	g, _, db := newGuard(t)
+	now := time.Now()
+	g.Now = func() time.Time { return now }
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(30*time.Second))
+	defer cancel()
+	_, err := g.Do(ctx, "ev", func(context.Context) error {
+		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev"), "leaseUntilMs"), 10, 64)
+		if want := now.Add(35 * time.Second).UnixMilli(); lease != want {
+			t.Errorf("lease until %d, want %d (deadline + 5 s)", lease, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = nil
+	if _, err := g.Do(context.Background(), "ev2", func(context.Context) error {
+		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev2"), "leaseUntilMs"), 10, 64)
+		if d := time.Until(time.UnixMilli(lease)); d < once.DefaultLease-time.Minute || d > once.DefaultLease {
+			t.Errorf("lease without deadline: %s, want about %s", d, once.DefaultLease)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,32 @@
+// Command audit is the example subscriber Lambda (deployed with the CDK
+// context exactonce:exampleSubscriber=true): an EventBridge rule on the
+// ExactOnce bus invokes it, and it logs one audit line per event, once per
+// eventId (claims in the DEDUPE_TABLE DynamoDB table).
+package main
+
+import (
+	"context"
+	"log"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/exactonce/exactonce/events/once"
+	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/audit"
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+func main() {
+	table := os.Getenv("DEDUPE_TABLE")
+	if table == "" {
+		log.Fatal("DEDUPE_TABLE is not set")
+	}
+	awsCfg, err := config.AWS(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := &audit.Subscriber{Guard: once.New(dynamodb.NewFromConfig(awsCfg), table), Log: app.Logger()}
+	lambda.Start(s.Handle)
+}
