@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 )
 
-// Functions lists every Lambda the stack deploys (folders under functions/).
-var Functions = []string{"create", "get", "consume", "cancel", "publisher"}
+// Functions lists every Lambda the stack can deploy (folders under
+// functions/); audit only with exactonce:exampleSubscriber=true.
+var Functions = []string{"create", "get", "consume", "cancel", "publisher", "audit"}
 
 // BuildFunctions compiles each function for Lambda (linux/arm64, static,
 // lambda.norpc) into outDir/<name>/bootstrap. The build is reproducible

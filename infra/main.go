@@ -11,6 +11,7 @@
 //	exactonce:jwtAudience  comma-separated audiences (auth=jwt)
 //	exactonce:alarmEmail   email subscribed to every alarm
 //	exactonce:eventSource  source of published events (default exactonce)
+//	exactonce:exampleSubscriber  true: deploy the example audit subscriber
 package main
 
 import (
@@ -51,11 +52,12 @@ func main() {
 // settingsFrom reads the stack settings from CDK context.
 func settingsFrom(app awscdk.App) (Settings, error) {
 	s := Settings{
-		Throwaway:   contextString(app, "exactonce:throwaway", "false") == "true",
-		Auth:        contextString(app, "exactonce:auth", "iam"),
-		JwtIssuer:   contextString(app, "exactonce:jwtIssuer", ""),
-		AlarmEmail:  contextString(app, "exactonce:alarmEmail", ""),
-		EventSource: contextString(app, "exactonce:eventSource", "exactonce"),
+		Throwaway:         contextString(app, "exactonce:throwaway", "false") == "true",
+		Auth:              contextString(app, "exactonce:auth", "iam"),
+		JwtIssuer:         contextString(app, "exactonce:jwtIssuer", ""),
+		AlarmEmail:        contextString(app, "exactonce:alarmEmail", ""),
+		EventSource:       contextString(app, "exactonce:eventSource", "exactonce"),
+		ExampleSubscriber: contextString(app, "exactonce:exampleSubscriber", "false") == "true",
 	}
 	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
 		s.JwtAudience = strings.Split(aud, ",")

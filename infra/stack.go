@@ -9,9 +9,11 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
@@ -21,6 +23,8 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/exactonce/exactonce/events"
 )
 
 // Settings are the stack's options, read from CDK context by settingsFrom.
@@ -35,6 +39,9 @@ type Settings struct {
 	AlarmEmail string
 	// EventSource is the "source" of the published events.
 	EventSource string
+	// ExampleSubscriber deploys the audit subscriber (functions/audit), its
+	// claims table and rule: a working example of consuming the events.
+	ExampleSubscriber bool
 	// Code returns the asset folder holding the bootstrap binary of a function.
 	Code func(name string) string
 }
@@ -68,6 +75,8 @@ const (
 	apiTimeout       = 10
 	publisherMemory  = 256
 	publisherTimeout = 60 // a stream batch of 100 records, PutEvents retries with backoff
+	auditMemoryMB    = 128
+	auditTimeout     = 10 // one event: a claim, a log line, a done write
 	logRetention     = awslogs.RetentionDays_ONE_MONTH
 )
 
@@ -240,6 +249,10 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	alarm("Api5xxAlarm", api.MetricServerError(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
 		"The API answered 5xx: DynamoDB unavailable (503) or a function failure")
 
+	if s.ExampleSubscriber {
+		exampleSubscriber(stack, s, bus, alarm, removal)
+	}
+
 	out := func(id string, v *string, what string) {
 		awscdk.NewCfnOutput(stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(what)})
 	}
@@ -249,6 +262,68 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	out("EventBusArn", bus.EventBusArn(), "ARN of the event bus")
 	out("OnFailureQueueUrl", onFailure.QueueUrl(), "SQS queue of stream records that could not be published")
 	return stack
+}
+
+// exampleSubscriber wires the audit subscriber: a rule on the bus for the
+// three event types invokes it asynchronously; it claims each eventId in its
+// own table (events/once), so a redelivered event is logged once. Events it
+// still fails on after Lambda's retries, or that EventBridge cannot deliver,
+// land in a dead-letter queue.
+func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, alarm func(string, awscloudwatch.IMetric, float64, string), removal awscdk.RemovalPolicy) {
+	claims := awsdynamodb.NewTable(stack, jsii.String("AuditClaims"), &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String("eventId"), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String("ttl"),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
+		DeletionProtection: jsii.Bool(!s.Throwaway),
+		RemovalPolicy:      removal,
+	})
+	deadLetters := awssqs.NewQueue(stack, jsii.String("AuditDeadLetters"), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		RemovalPolicy:   removal,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(deadLetters, &[]*cdknag.NagPackSuppression{{
+		Id:     jsii.String("AwsSolutions-SQS3"),
+		Reason: jsii.String("This queue is itself the dead-letter queue of the audit subscriber (rule target and async on-failure); a DLQ of a DLQ adds nothing."),
+	}}, jsii.Bool(false))
+
+	fn := newFunction(stack, "audit", s, map[string]*string{"DEDUPE_TABLE": claims.TableName()}, auditMemoryMB, auditTimeout, removal)
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+		Resources: &[]*string{claims.TableArn()},
+	}))
+	// Lambda retries a failed event twice (about 1 and 3 minutes later),
+	// time enough for a concurrent delivery's claim to finish or lapse.
+	fn.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		RetryAttempts: jsii.Number(2),
+		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(6)),
+		OnFailure:     awslambdadestinations.NewSqsDestination(deadLetters),
+	})
+	awsevents.NewRule(stack, jsii.String("AuditRule"), &awsevents.RuleProps{
+		EventBus:    bus,
+		Description: jsii.String("ExactOnce events to the example audit subscriber"),
+		EventPattern: &awsevents.EventPattern{
+			Source:     jsii.Strings(s.EventSource),
+			DetailType: jsii.Strings(events.TypeConsumed, events.TypeCanceled, events.TypeExpired),
+		},
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn, &awseventstargets.LambdaFunctionProps{
+			DeadLetterQueue: deadLetters,
+			RetryAttempts:   jsii.Number(185),
+			MaxEventAge:     awscdk.Duration_Hours(jsii.Number(24)),
+		})},
+	})
+	alarm("AuditErrorsAlarm", fn.MetricErrors(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum")}), 1,
+		"The audit subscriber failed on an event (it is retried); see its log group")
+	alarm("AuditDeadLettersAlarm", deadLetters.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Maximum")}),
+		1, "Events the audit subscriber never handled: inspect the queue and redrive them")
+	awscdk.NewCfnOutput(stack, jsii.String("AuditClaimsTableName"), &awscdk.CfnOutputProps{
+		Value: claims.TableName(), Description: jsii.String("Claims of the example audit subscriber (events/once)"),
+	})
 }
 
 // newFunction makes one arm64 provided.al2023 function with its own log
