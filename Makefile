@@ -46,17 +46,17 @@ fuzz: ## fuzz the request decoding of every route for FUZZTIME (default 60s)
 	go test -run '^$$' -fuzz FuzzHandlers -fuzztime $${FUZZTIME:-60s} ./shared/httpapi/
 
 synth: $(TOOLS) ## synthesize the CloudFormation template into cdk.out/ (offline, no credentials)
-	$(CDK) synth --quiet --no-notices
+	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 	@ls cdk.out/*.template.json
 
 diff: $(TOOLS) ## compare with the deployed stack (needs AWS credentials)
-	$(CDK) diff --no-notices
+	$(CDK) diff --no-notices $(CDK_ARGS)
 
 deploy: $(TOOLS) ## deploy to the AWS account of your credentials (after `cdk bootstrap`)
 	$(CDK) deploy --no-notices $(CDK_ARGS)
 
 destroy: $(TOOLS) ## delete the stack (the table and secret are RETAINed unless exactonce:throwaway=true)
-	$(CDK) destroy --no-notices
+	$(CDK) destroy --no-notices $(CDK_ARGS)
 
 clean: ## remove build output
 	rm -rf dist cdk.out
