@@ -7,7 +7,8 @@
 // Environment: EXACTONCE_ADDR (default 127.0.0.1:8080), EXACTONCE_DATA_DIR
 // (keep data in this folder; default in memory), EXACTONCE_SECRET (default: a
 // development secret), EXACTONCE_DYNAMODB_ENDPOINT (use a running DynamoDB
-// instead of starting one).
+// instead of starting one), EXACTONCE_SWEEP_INTERVAL (how often due actions
+// are marked expired; default 2s).
 package main
 
 import (
@@ -56,7 +57,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true})
+	sweepEvery, err := time.ParseDuration(envOr("EXACTONCE_SWEEP_INTERVAL", "2s"))
+	if err != nil || sweepEvery <= 0 {
+		return fmt.Errorf("EXACTONCE_SWEEP_INTERVAL must be a positive Go duration such as 2s")
+	}
+	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true, SweepEvery: sweepEvery})
 	if err != nil {
 		return err
 	}
@@ -72,7 +77,7 @@ func run() error {
 	}
 	fmt.Printf("ExactOnce local: %s (DynamoDB Local at %s, data %s)\n", url, endpoint, storage)
 	fmt.Printf("  %s\n", secretNote)
-	fmt.Printf("  events: %s/_local/events (local EventBridge)\n", url)
+	fmt.Printf("  events: %s/_local/events (local EventBridge); expiry sweep every %s\n", url, sweepEvery)
 	fmt.Printf("  try: curl -s -X POST %s/actions -H 'Content-Type: application/json' -d '{\"userId\":\"u1\"}'\n", url)
 
 	hs := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 10 * time.Second}

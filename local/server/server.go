@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +26,7 @@ import (
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/sweep"
 )
 
 // DefaultTable is the local table's name.
@@ -45,6 +47,10 @@ type Options struct {
 	Events bool
 	// EventLog receives one JSON line per published event (default os.Stdout).
 	EventLog io.Writer
+	// SweepEvery runs the expiry sweeper at this interval (0: not at all).
+	SweepEvery time.Duration
+	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
+	ExpiryShards int
 }
 
 // Server is a running local ExactOnce.
@@ -53,16 +59,18 @@ type Server struct {
 	Handler http.Handler
 	DB      *dynamodb.Client
 	Table   string
-	Bus     *eventbus.Bus // nil unless Options.Events
+	Bus     *eventbus.Bus  // nil unless Options.Events
+	Sweeper *sweep.Sweeper // runs every Options.SweepEvery
+	ctx     context.Context
 	stop    context.CancelFunc
-	done    chan struct{}
+	bg      sync.WaitGroup
 }
 
-// Close stops the stream reader and the local bus.
+// Close stops the background work (stream reader, sweeper) and the local bus.
 func (s *Server) Close() {
-	if s.stop != nil {
-		s.stop()
-		<-s.done
+	s.stop()
+	s.bg.Wait()
+	if s.Bus != nil {
 		s.Bus.Close()
 	}
 }
@@ -83,7 +91,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err := store.CreateTable(ctx, db, o.Table); err != nil {
 		return nil, err
 	}
-	api, err := app.New(ctx, config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret}, awsCfg, o.Log)
+	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards}
+	api, err := app.New(ctx, cfg, awsCfg, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +100,25 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	for route, h := range api.Routes() {
 		mux.Route(route, gateway.Handler(h))
 	}
-	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table}
+	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table,
+		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log}}
+	srv.ctx, srv.stop = context.WithCancel(context.Background())
+	if o.SweepEvery > 0 {
+		srv.background(func(ctx context.Context) {
+			t := time.NewTicker(o.SweepEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if _, err := srv.Sweeper.Run(ctx); err != nil && ctx.Err() == nil {
+						o.Log.Error("sweep failed", "error", err.Error())
+					}
+				}
+			}
+		})
+	}
 	if o.Events {
 		if err := srv.startEvents(awsCfg, o); err != nil {
 			return nil, err
@@ -118,13 +145,16 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 		DB: s.DB, Streams: dynamodbstreams.NewFromConfig(awsCfg), Table: s.Table,
 		Handle: pub.Handle, Log: o.Log,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.Bus, s.stop, s.done = bus, cancel, make(chan struct{})
-	go func() {
-		defer close(s.done)
+	s.Bus = bus
+	s.background(func(ctx context.Context) {
 		if err := reader.Run(ctx); err != nil && ctx.Err() == nil {
 			o.Log.Error("stream reader stopped", "error", err.Error())
 		}
-	}()
+	})
 	return nil
+}
+
+// background runs f until Close.
+func (s *Server) background(f func(context.Context)) {
+	s.bg.Go(func() { f(s.ctx) })
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
-	"github.com/exactonce/exactonce/shared/store"
 )
 
 // Logger is the JSON logger every component writes its lines with.
@@ -53,6 +52,5 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 			return nil, err
 		}
 	}
-	st := store.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Retention)
-	return httpapi.New(st, keys, log), nil
+	return httpapi.New(cfg.Store(dynamodb.NewFromConfig(awsCfg)), keys, log), nil
 }

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/exactonce/exactonce/shared/crypto"
@@ -21,11 +23,17 @@ import (
 
 // Environment variables.
 const (
-	EnvTable     = "TABLE_NAME"           // the actions table
-	EnvRetention = "EXACTONCE_RETENTION"  // Go duration finished actions stay readable (default 720h)
-	EnvSecretARN = "EXACTONCE_SECRET_ARN" // Secrets Manager secret with the server secret
-	EnvSecret    = "EXACTONCE_SECRET"     // the server secret itself (local use)
+	EnvTable     = "TABLE_NAME"              // the actions table
+	EnvRetention = "EXACTONCE_RETENTION"     // Go duration finished actions stay readable (default 720h)
+	EnvSecretARN = "EXACTONCE_SECRET_ARN"    // Secrets Manager secret with the server secret
+	EnvSecret    = "EXACTONCE_SECRET"        // the server secret itself (local use)
+	EnvShards    = "EXACTONCE_EXPIRY_SHARDS" // partitions of the expiry index (default 16)
 )
+
+// Store returns the action store these settings describe.
+func (c Config) Store(db *dynamodb.Client) *store.Store {
+	return store.New(db, c.Table, store.Options{Retention: c.Retention, ExpiryShards: c.ExpiryShards})
+}
 
 // Config is the service's settings.
 type Config struct {
@@ -33,15 +41,18 @@ type Config struct {
 	Retention time.Duration
 	SecretARN string
 	Secret    string
+	// ExpiryShards must be the same for every function on the table.
+	ExpiryShards int
 }
 
 // Load reads the settings through getenv (os.Getenv in production).
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
-		Table:     getenv(EnvTable),
-		Retention: store.DefaultRetention,
-		SecretARN: getenv(EnvSecretARN),
-		Secret:    getenv(EnvSecret),
+		Table:        getenv(EnvTable),
+		Retention:    store.DefaultRetention,
+		ExpiryShards: store.DefaultExpiryShards,
+		SecretARN:    getenv(EnvSecretARN),
+		Secret:       getenv(EnvSecret),
 	}
 	if c.Table == "" {
 		return c, fmt.Errorf("config: %s is not set", EnvTable)
@@ -52,6 +63,13 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("config: %s must be a positive Go duration such as 720h", EnvRetention)
 		}
 		c.Retention = d
+	}
+	if v := getenv(EnvShards); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return c, fmt.Errorf("config: %s must be a whole number from 1 to 1000", EnvShards)
+		}
+		c.ExpiryShards = n
 	}
 	return c, nil
 }

@@ -31,6 +31,7 @@ const (
 	attrPINFailedAt    = "pinFailedAt" // list of times of wrong PINs; the max-th is lockedAt
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
+	attrExpShard       = "expShard" // only while open: the sparse expiry index's partition key
 
 	attrCreateKey  = "createKey"
 	attrCreateFP   = "createFingerprint"

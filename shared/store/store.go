@@ -29,20 +29,42 @@ const DefaultRetention = 30 * 24 * time.Hour
 // outcome is unknown and the caller may retry.
 var ErrUnavailable = errors.New("store: dynamodb unavailable")
 
+// DefaultExpiryShards is how many partitions the expiry index spreads open
+// actions over (by a hash of the id). Every create and every finish writes
+// the index, and one index partition takes about 1,000 writes/s, so 16
+// shards absorb ~16,000/s (far above the API's default stage throttle) even
+// when a whole burst expires in the same minute; the sweeper's idle cost is
+// 16 small Queries a minute. Raise it, never lower it, on a live table
+// (actions in dropped shards would only expire by TTL).
+const DefaultExpiryShards = 16
+
+// Options tune a Store; zero values mean the defaults.
+type Options struct {
+	Retention    time.Duration // DefaultRetention
+	ExpiryShards int           // DefaultExpiryShards
+}
+
 // Store reads and writes action items in one table.
 type Store struct {
 	db        *dynamodb.Client
 	table     string
 	retention time.Duration
+	shards    int
 }
 
-// New returns a Store on table. retention <= 0 means DefaultRetention.
-func New(db *dynamodb.Client, table string, retention time.Duration) *Store {
-	if retention <= 0 {
-		retention = DefaultRetention
+// New returns a Store on table.
+func New(db *dynamodb.Client, table string, o Options) *Store {
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
 	}
-	return &Store{db: db, table: table, retention: retention}
+	if o.ExpiryShards <= 0 {
+		o.ExpiryShards = DefaultExpiryShards
+	}
+	return &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards}
 }
+
+// ExpiryShards is the number of partitions of the expiry index.
+func (st *Store) ExpiryShards() int { return st.shards }
 
 // Table is the table's name.
 func (st *Store) Table() string { return st.table }
@@ -74,6 +96,7 @@ func (st *Store) Create(ctx context.Context, a *action.Action) (*action.Action, 
 	u.set(attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
 	u.set(attrCreatedAt, ts(a.CreatedAt))
 	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
+	u.set(attrExpShard, s(expiryShard(a.ID, st.shards)))
 	if len(a.Metadata) > 0 {
 		m := make(map[string]types.AttributeValue, len(a.Metadata))
 		for k, v := range a.Metadata {
@@ -139,6 +162,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 	u.set(attrConsumedAt, ts(now))
 	u.setIf(attrConsumedReason, c.Reason)
 	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	u.remove(attrExpShard) // finished: out of the expiry index, in the same write
 	setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
 	u.value("nowMs", n(now.UnixMilli()))
 	cond := condConsumable + condNoPIN
@@ -202,6 +226,7 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 	u.set(attrCanceledAt, ts(now))
 	u.setIf(attrCancelReason, c.Reason)
 	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	u.remove(attrExpShard)
 	setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
 	u.value("nowMs", n(now.UnixMilli()))
 

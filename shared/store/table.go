@@ -12,22 +12,24 @@ import (
 )
 
 // CreateTable makes the actions table the way the CDK stack does (key,
-// on-demand, stream with both images, TTL on ttl), for the local server and
-// tests. An existing table is left as it is.
+// on-demand, stream with both images, TTL on ttl, the expiry index), for the
+// local server and tests. An existing table is kept; it gains the expiry
+// index if it lacks it (a data folder from an older version).
 func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            &name,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrID), AttributeType: types.ScalarAttributeTypeS}},
+		AttributeDefinitions: attributeDefinitions,
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(attrID), KeyType: types.KeyTypeHash}},
 		BillingMode:          types.BillingModePayPerRequest,
 		StreamSpecification: &types.StreamSpecification{
 			StreamEnabled:  aws.Bool(true),
 			StreamViewType: types.StreamViewTypeNewAndOldImages,
 		},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{expiryIndex},
 	})
 	var inUse *types.ResourceInUseException
 	if errors.As(err, &inUse) {
-		return nil
+		return addExpiryIndex(ctx, db, name)
 	}
 	if err != nil {
 		return fmt.Errorf("create table %s: %w", name, err)
@@ -41,6 +43,44 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("enable ttl on %s: %w", name, err)
+	}
+	return nil
+}
+
+var attributeDefinitions = []types.AttributeDefinition{
+	{AttributeName: aws.String(attrID), AttributeType: types.ScalarAttributeTypeS},
+	{AttributeName: aws.String(attrExpShard), AttributeType: types.ScalarAttributeTypeS},
+	{AttributeName: aws.String(attrExpiresAtMs), AttributeType: types.ScalarAttributeTypeN},
+}
+
+var expiryIndex = types.GlobalSecondaryIndex{
+	IndexName: aws.String(ExpiryIndex),
+	KeySchema: []types.KeySchemaElement{
+		{AttributeName: aws.String(attrExpShard), KeyType: types.KeyTypeHash},
+		{AttributeName: aws.String(attrExpiresAtMs), KeyType: types.KeyTypeRange},
+	},
+	Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+}
+
+func addExpiryIndex(ctx context.Context, db *dynamodb.Client, name string) error {
+	t, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+	if err != nil {
+		return fmt.Errorf("describe table %s: %w", name, err)
+	}
+	for _, gsi := range t.Table.GlobalSecondaryIndexes {
+		if aws.ToString(gsi.IndexName) == ExpiryIndex {
+			return nil
+		}
+	}
+	_, err = db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+		TableName:            &name,
+		AttributeDefinitions: attributeDefinitions,
+		GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
+			IndexName: expiryIndex.IndexName, KeySchema: expiryIndex.KeySchema, Projection: expiryIndex.Projection,
+		}}},
+	})
+	if err != nil {
+		return fmt.Errorf("add the expiry index to %s: %w", name, err)
 	}
 	return nil
 }
