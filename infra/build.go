@@ -9,7 +9,7 @@ import (
 
 // Functions lists every Lambda the stack can deploy (folders under
 // functions/); audit only with exactonce:exampleSubscriber=true.
-var Functions = []string{"create", "get", "consume", "cancel", "publisher", "audit"}
+var Functions = []string{"create", "get", "consume", "cancel", "publisher", "sweeper", "audit"}
 
 // BuildFunctions compiles each function for Lambda (linux/arm64, static,
 // lambda.norpc) into outDir/<name>/bootstrap. The build is reproducible

@@ -12,12 +12,14 @@
 //	exactonce:alarmEmail   email subscribed to every alarm
 //	exactonce:eventSource  source of published events (default exactonce)
 //	exactonce:exampleSubscriber  true: deploy the example audit subscriber
+//	exactonce:expiryShards partitions of the expiry index (default 16; only ever raise it)
 package main
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -58,6 +60,13 @@ func settingsFrom(app awscdk.App) (Settings, error) {
 		AlarmEmail:        contextString(app, "exactonce:alarmEmail", ""),
 		EventSource:       contextString(app, "exactonce:eventSource", "exactonce"),
 		ExampleSubscriber: contextString(app, "exactonce:exampleSubscriber", "false") == "true",
+	}
+	if v := contextString(app, "exactonce:expiryShards", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return s, fmt.Errorf("exactonce:expiryShards must be a whole number from 1 to 1000, not %q", v)
+		}
+		s.ExpiryShards = n
 	}
 	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
 		s.JwtAudience = strings.Split(aud, ",")

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strconv"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
@@ -25,6 +27,8 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/store"
 )
 
 // Settings are the stack's options, read from CDK context by settingsFrom.
@@ -39,6 +43,8 @@ type Settings struct {
 	AlarmEmail string
 	// EventSource is the "source" of the published events.
 	EventSource string
+	// ExpiryShards partitions the expiry index (0: store.DefaultExpiryShards).
+	ExpiryShards int
 	// ExampleSubscriber deploys the audit subscriber (functions/audit), its
 	// claims table and rule: a working example of consuming the events.
 	ExampleSubscriber bool
@@ -75,6 +81,8 @@ const (
 	apiTimeout       = 10
 	publisherMemory  = 256
 	publisherTimeout = 60 // a stream batch of 100 records, PutEvents retries with backoff
+	sweeperMemoryMB  = 256
+	sweeperTimeout   = 60 // one sweep: its budget ends 10 s before this, the next run starts a minute later
 	auditMemoryMB    = 128
 	auditTimeout     = 10 // one event: a claim, a log line, a done write
 	logRetention     = awslogs.RetentionDays_ONE_MONTH
@@ -101,6 +109,19 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 		RemovalPolicy:      removal,
 	})
 
+	// Sparse: only open actions carry expShard, so the index holds exactly
+	// the actions the sweeper may have to expire.
+	table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String(store.ExpiryIndex),
+		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String("expShard"), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String("expiresAtMs"), Type: awsdynamodb.AttributeType_NUMBER},
+		ProjectionType: awsdynamodb.ProjectionType_KEYS_ONLY,
+	})
+	shards := s.ExpiryShards
+	if shards <= 0 {
+		shards = store.DefaultExpiryShards
+	}
+
 	secret := awssecretsmanager.NewSecret(stack, jsii.String("ServerSecret"), &awssecretsmanager.SecretProps{
 		Description: jsii.String("ExactOnce server secret: PIN HMAC and payload encryption keys are derived from it"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
@@ -116,7 +137,8 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	}}, jsii.Bool(false))
 
 	env := map[string]*string{
-		"TABLE_NAME": table.TableName(),
+		"TABLE_NAME":     table.TableName(),
+		config.EnvShards: jsii.String(strconv.Itoa(shards)),
 	}
 
 	// The HTTP API: IAM (SigV4) on every route unless JWT is chosen.
@@ -248,6 +270,29 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 		1, "Stream records gave up after every retry: their events were NOT published; inspect the queue and replay them")
 	alarm("Api5xxAlarm", api.MetricServerError(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
 		"The API answered 5xx: DynamoDB unavailable (503) or a function failure")
+
+	// The sweeper: every minute, expire what is due (Query on the index,
+	// one UpdateItem per action), so action.expired follows expiresAt
+	// within about a minute; TTL only cleans up afterwards.
+	sweeper := newFunction(stack, "sweeper", s, env, sweeperMemoryMB, sweeperTimeout, removal)
+	sweeper.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:Query"),
+		Resources: &[]*string{jsii.String(*table.TableArn() + "/index/" + store.ExpiryIndex)},
+	}))
+	sweeper.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:UpdateItem"),
+		Resources: &[]*string{table.TableArn()},
+	}))
+	awsevents.NewRule(stack, jsii.String("SweepSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Runs the ExactOnce expiry sweeper every minute"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(sweeper, &awseventstargets.LambdaFunctionProps{
+			RetryAttempts: jsii.Number(0), // the next minute's run is the retry
+		})},
+	})
+	sweeper.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{RetryAttempts: jsii.Number(0)})
+	alarm("SweeperErrorsAlarm", sweeper.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 3,
+		"The expiry sweeper failed in 3+ runs out of 5: action.expired events are late; see its log group")
 
 	if s.ExampleSubscriber {
 		exampleSubscriber(stack, s, bus, alarm, removal)

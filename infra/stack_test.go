@@ -89,7 +89,8 @@ func TestTable(t *testing.T) {
 		p := props(tbl)
 		for k, want := range map[string]string{
 			"KeySchema":                        `[{"AttributeName":"actionId","KeyType":"HASH"}]`,
-			"AttributeDefinitions":             `[{"AttributeName":"actionId","AttributeType":"S"}]`,
+			"AttributeDefinitions":             `[{"AttributeName":"actionId","AttributeType":"S"},{"AttributeName":"expShard","AttributeType":"S"},{"AttributeName":"expiresAtMs","AttributeType":"N"}]`,
+			"GlobalSecondaryIndexes":           `[{"IndexName":"byExpiry","KeySchema":[{"AttributeName":"expShard","KeyType":"HASH"},{"AttributeName":"expiresAtMs","KeyType":"RANGE"}],"Projection":{"ProjectionType":"KEYS_ONLY"}}]`,
 			"BillingMode":                      `"PAY_PER_REQUEST"`,
 			"TimeToLiveSpecification":          `{"AttributeName":"ttl","Enabled":true}`,
 			"PointInTimeRecoverySpecification": `{"PointInTimeRecoveryEnabled":true}`,
@@ -209,6 +210,8 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow ["sqs:SendMessage","sqs:GetQueueAttributes","sqs:GetQueueUrl"] on PublisherOnFailure`,
 			`Allow "dynamodb:ListStreams" on *`,
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
+		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
+			`Allow "dynamodb:UpdateItem" on Actions`},
 	}
 	for fn, w := range want {
 		g := got[fn]
@@ -236,8 +239,11 @@ func resourceNames(v any) string {
 	if s == `"*"` {
 		return "*"
 	}
-	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "PublisherLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
+	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "PublisherLogs", "SweeperLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
 		if strings.Contains(s, `"`+name) {
+			if i := strings.Index(s, "/index/"); i >= 0 {
+				return name + strings.TrimRight(s[i:], `"]}`)
+			}
 			return name
 		}
 	}
@@ -256,12 +262,21 @@ func sameSet(a, b []string) bool {
 // claims table with TTL, only the three item writes on it, and dead letters.
 func TestExampleSubscriber(t *testing.T) {
 	_, tmpl := synth(t, Settings{})
-	if n := len(resources(tmpl, "AWS::Events::Rule")); n != 0 || strings.Contains(jsonOf(tmpl), "ExactOnce audit") {
+	auditRules := func(tmpl map[string]any) map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for id, r := range resources(tmpl, "AWS::Events::Rule") {
+			if strings.HasPrefix(id, "AuditRule") {
+				out[id] = r
+			}
+		}
+		return out
+	}
+	if n := len(auditRules(tmpl)); n != 0 || strings.Contains(jsonOf(tmpl), "ExactOnce audit") {
 		t.Fatalf("subscriber deployed by default (%d rules)", n)
 	}
 
 	_, tmpl = synth(t, Settings{ExampleSubscriber: true, EventSource: "shop.exactonce"})
-	rules := resources(tmpl, "AWS::Events::Rule")
+	rules := auditRules(tmpl)
 	if len(rules) != 1 {
 		t.Fatalf("%d rules", len(rules))
 	}
@@ -326,7 +341,12 @@ func TestExampleSubscriber(t *testing.T) {
 		t.Errorf("audit DynamoDB actions %v", ddb)
 	}
 
-	eic := jsonOf(resources(tmpl, "AWS::Lambda::EventInvokeConfig"))
+	var eic string
+	for id, c := range resources(tmpl, "AWS::Lambda::EventInvokeConfig") {
+		if strings.HasPrefix(id, "AuditFunction") {
+			eic = jsonOf(c)
+		}
+	}
 	if !strings.Contains(eic, `"MaximumRetryAttempts":2`) || !strings.Contains(eic, "AuditDeadLetters") {
 		t.Errorf("async invoke config: %s", eic)
 	}
@@ -337,11 +357,49 @@ func TestExampleSubscriber(t *testing.T) {
 	for _, a := range resources(tmpl, "AWS::CloudWatch::Alarm") {
 		metrics[fmt.Sprint(props(a)["Namespace"], "/", props(a)["MetricName"])]++
 	}
-	if metrics["AWS/Lambda/Errors"] != 6 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
+	if metrics["AWS/Lambda/Errors"] != 7 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
 		t.Errorf("alarms with the subscriber: %v", metrics)
 	}
 	if tmpl["Outputs"].(map[string]any)["AuditClaimsTableName"] == nil {
 		t.Error("no AuditClaimsTableName output")
+	}
+}
+
+// TestSweeper: a rule runs the sweeper every minute; it may only Query the
+// expiry index and UpdateItem the table (TestLeastPrivilege), and every
+// function that writes actions agrees on the shard count.
+func TestSweeper(t *testing.T) {
+	_, tmpl := synth(t, Settings{ExpiryShards: 32})
+	var sweeperArn string
+	envs := map[string]string{}
+	for id, fn := range resources(tmpl, "AWS::Lambda::Function") {
+		name := strings.TrimPrefix(props(fn)["Description"].(string), "ExactOnce ")
+		envs[name] = jsonOf(props(fn)["Environment"])
+		if name == "sweeper" {
+			sweeperArn = id
+			if props(fn)["Timeout"] != 60.0 {
+				t.Errorf("sweeper timeout %v", props(fn)["Timeout"])
+			}
+		}
+	}
+	for _, name := range []string{"create", "consume", "cancel", "sweeper"} {
+		if !strings.Contains(envs[name], `"EXACTONCE_EXPIRY_SHARDS":"32"`) || !strings.Contains(envs[name], `"TABLE_NAME"`) {
+			t.Errorf("%s environment: %s", name, envs[name])
+		}
+	}
+	var schedule map[string]any
+	for id, r := range resources(tmpl, "AWS::Events::Rule") {
+		if strings.HasPrefix(id, "SweepSchedule") {
+			schedule = props(r)
+		}
+	}
+	if schedule == nil || schedule["ScheduleExpression"] != "rate(1 minute)" || schedule["State"] != "ENABLED" ||
+		!strings.Contains(jsonOf(schedule["Targets"]), sweeperArn) {
+		t.Errorf("schedule: %s", jsonOf(schedule))
+	}
+	_, tmpl = synth(t, Settings{})
+	if !strings.Contains(jsonOf(tmpl), `"EXACTONCE_EXPIRY_SHARDS":"16"`) {
+		t.Error("default shard count not 16")
 	}
 }
 
@@ -402,7 +460,7 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			t.Error("alarm actions without an alarm email")
 		}
 	}
-	want := map[string]int{"AWS/Lambda/Errors": 5, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1}
+	want := map[string]int{"AWS/Lambda/Errors": 6, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1}
 	if fmt.Sprint(metrics) != fmt.Sprint(want) {
 		t.Errorf("alarms on %v, want %v", metrics, want)
 	}
