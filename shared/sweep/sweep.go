@@ -124,7 +124,7 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 		Due: int(due.Load()), Expired: int(expired.Load()), Finished: int(finished.Load()),
 		Complete: ctx.Err() == nil && firstErr == nil, DurationMs: time.Since(start).Milliseconds(),
 	}
-	if s.Log != nil {
+	if s.Log != nil && (r.Due > 0 || !r.Complete) { // idle sweeps stay quiet
 		s.Log.Info("sweep", "due", r.Due, "expired", r.Expired, "finished", r.Finished, "complete", r.Complete, "durationMs", r.DurationMs)
 	}
 	if firstErr != nil {
