@@ -14,6 +14,7 @@ import (
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 func main() {
@@ -29,5 +30,6 @@ func main() {
 		log.Fatal(err)
 	}
 	p := publish.New(eventbridge.NewFromConfig(awsCfg), bus, source, app.Logger())
+	p.Metrics = telemetry.New(os.Stdout)
 	lambda.Start(p.Handle)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/sweep"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 func main() {
@@ -25,6 +26,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := &sweep.Sweeper{Store: cfg.Store(dynamodb.NewFromConfig(awsCfg)), Log: app.Logger()}
+	s := &sweep.Sweeper{Store: cfg.Store(dynamodb.NewFromConfig(awsCfg)), Log: app.Logger(), Metrics: telemetry.New(os.Stdout)}
 	lambda.Start(s.Run)
 }

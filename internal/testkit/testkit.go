@@ -28,6 +28,7 @@ import (
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // Endpoint is the DynamoDB Local of this test binary, set by Main.
@@ -108,6 +109,7 @@ func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 		Secret:           "test-secret-0123456789abcdefghijklmnopqrstuvwxyz",
 		Log:              slog.New(slog.NewJSONHandler(logs, nil)),
 		AWS:              &cfg,
+		MetricsOut:       logs, // the EMF lines too, so tests see everything printed
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -217,7 +219,7 @@ func NewDeadEnv(t testing.TB) *Env {
 		return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond)
 	}
 	api, err := app.New(context.Background(), config.Config{Table: "t", Secret: "test-secret-0123456789abcdefghijklmnopqrstuvwxyz"},
-		cfg, slog.New(slog.NewJSONHandler(logs, nil)))
+		cfg, slog.New(slog.NewJSONHandler(logs, nil)), telemetry.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // DefaultTable is the local table's name.
@@ -51,6 +53,9 @@ type Options struct {
 	SweepEvery time.Duration
 	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
 	ExpiryShards int
+	// MetricsOut receives the EMF metric lines (default os.Stdout); their
+	// totals are at GET /_local/metrics.
+	MetricsOut io.Writer
 }
 
 // Server is a running local ExactOnce.
@@ -61,6 +66,7 @@ type Server struct {
 	Table   string
 	Bus     *eventbus.Bus  // nil unless Options.Events
 	Sweeper *sweep.Sweeper // runs every Options.SweepEvery
+	Metrics *telemetry.Metrics
 	ctx     context.Context
 	stop    context.CancelFunc
 	bg      sync.WaitGroup
@@ -92,7 +98,11 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards}
-	api, err := app.New(ctx, cfg, awsCfg, o.Log)
+	if o.MetricsOut == nil {
+		o.MetricsOut = os.Stdout
+	}
+	metrics := telemetry.New(o.MetricsOut)
+	api, err := app.New(ctx, cfg, awsCfg, o.Log, metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -100,8 +110,16 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	for route, h := range api.Routes() {
 		mux.Route(route, gateway.Handler(h))
 	}
-	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table,
-		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log}}
+	mux.Handle("GET /_local/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		totals := metrics.Totals()
+		if totals == nil {
+			totals = []telemetry.Total{}
+		}
+		json.NewEncoder(w).Encode(totals)
+	}))
+	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table, Metrics: metrics,
+		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log, Metrics: metrics}}
 	srv.ctx, srv.stop = context.WithCancel(context.Background())
 	if o.SweepEvery > 0 {
 		srv.background(func(ctx context.Context) {
@@ -141,6 +159,7 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 	}
 	ebCfg := config.Local(bus.URL)
 	pub := publish.New(eventbridge.NewFromConfig(ebCfg), "exactonce-local", "exactonce", o.Log)
+	pub.Metrics = s.Metrics
 	reader := &streams.Reader{
 		DB: s.DB, Streams: dynamodbstreams.NewFromConfig(awsCfg), Table: s.Table,
 		Handle: pub.Handle, Log: o.Log,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/eventbus"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -93,5 +94,45 @@ func TestEventsEndToEnd(t *testing.T) {
 	}
 	if canceled == nil || canceled["actionId"] != "e2" || canceled["reason"] != "refund" {
 		t.Errorf("canceled event: %v", canceled)
+	}
+
+	// The same counters, as totals at /_local/metrics.
+	var totals []telemetry.Total
+	if err := json.Unmarshal([]byte(testkit.Do(t, nil, "GET", env.URL+"/_local/metrics", "").Raw), &totals); err != nil {
+		t.Fatal(err)
+	}
+	sum := func(metric string, dims map[string]string) float64 {
+		var n float64
+	next:
+		for _, tot := range totals {
+			if tot.Metric != metric {
+				continue
+			}
+			for k, v := range dims {
+				if tot.Dimensions[k] != v {
+					continue next
+				}
+			}
+			n += tot.Sum
+		}
+		return n
+	}
+	for _, c := range []struct {
+		metric string
+		dims   map[string]string
+		want   float64
+	}{
+		{"Requests", map[string]string{"Route": "POST /actions"}, 3},
+		{"Requests", map[string]string{"Route": "POST /actions/{actionId}/consume", "Outcome": "consumed"}, 1},
+		{"Requests", map[string]string{"Route": "POST /actions/{actionId}/consume", "Outcome": "replayed"}, 1},
+		{"Requests", map[string]string{"Route": "POST /actions/{actionId}/consume", "Outcome": "invalid_pin"}, 1},
+		{"Requests", map[string]string{"Route": "POST /actions/{actionId}/consume", "Outcome": "already_used"}, 1},
+		{"Requests", map[string]string{"Route": "POST /actions/{actionId}/cancel"}, 2},
+		{"EventsPublished", map[string]string{"Function": "publisher"}, 2},
+		{"BatchItemFailures", map[string]string{"Function": "publisher"}, 0},
+	} {
+		if got := sum(c.metric, c.dims); got != c.want {
+			t.Errorf("%s %v = %v, want %v", c.metric, c.dims, got, c.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // Logger is the JSON logger every component writes its lines with.
@@ -36,15 +37,16 @@ func FromEnv(ctx context.Context, needs Needs) (*httpapi.API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(ctx, cfg, awsCfg, Logger(), needs)
+	return build(ctx, cfg, awsCfg, Logger(), telemetry.New(os.Stdout), needs)
 }
 
-// New builds the API with every route's needs met, from explicit settings.
-func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger) (*httpapi.API, error) {
-	return build(ctx, cfg, awsCfg, log, Needs{Keys: true})
+// New builds the API with every route's needs met, from explicit settings;
+// metrics may be nil.
+func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, metrics *telemetry.Metrics) (*httpapi.API, error) {
+	return build(ctx, cfg, awsCfg, log, metrics, Needs{Keys: true})
 }
 
-func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, needs Needs) (*httpapi.API, error) {
+func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, metrics *telemetry.Metrics, needs Needs) (*httpapi.API, error) {
 	var keys *crypto.Keys
 	if needs.Keys {
 		var err error
@@ -52,5 +54,10 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 			return nil, err
 		}
 	}
-	return httpapi.New(cfg.Store(dynamodb.NewFromConfig(awsCfg)), keys, log), nil
+	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, telemetry.CountRequests)
+	})
+	api := httpapi.New(cfg.Store(db), keys, log)
+	api.Metrics = metrics
+	return api, nil
 }

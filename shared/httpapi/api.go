@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // Route keys, as API Gateway names them.
@@ -37,6 +39,8 @@ type API struct {
 	log   *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
+	// Metrics receives each request's outcome and latency (nil: none).
+	Metrics *telemetry.Metrics
 }
 
 // New returns an API over st, sealing and hashing with keys, logging one JSON
@@ -55,7 +59,7 @@ func (a *API) Routes() map[string]Handler {
 
 // Create handles POST /actions.
 func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return a.serve(ctx, RouteCreate, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteCreate, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		r, err := readRequest(&ev, false)
 		if err != nil {
 			return fail(err)
@@ -101,7 +105,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 // Get handles GET /actions/{actionId}. It never returns the payload.
 func (a *API) Get(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return a.serve(ctx, RouteGet, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteGet, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)
 		if err != nil {
 			return fail(err)
@@ -117,7 +121,7 @@ func (a *API) Get(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (event
 
 // Consume handles POST /actions/{actionId}/consume.
 func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return a.serve(ctx, RouteConsume, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteConsume, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)
 		if err != nil {
 			return fail(err)
@@ -167,7 +171,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 // Cancel handles POST /actions/{actionId}/cancel. Canceling again answers
 // 200 with the first cancellation.
 func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return a.serve(ctx, RouteCancel, &ev, func(c *call) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteCancel, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)
 		if err != nil {
 			return fail(err)
@@ -222,29 +226,42 @@ func fail(err error) (events.APIGatewayV2HTTPResponse, error) {
 // and writes one JSON log line. It never returns an error to Lambda (which
 // would turn into an opaque 500).
 func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HTTPRequest,
-	body func(*call) (events.APIGatewayV2HTTPResponse, error)) (events.APIGatewayV2HTTPResponse, error) {
+	body func(context.Context, *call) (events.APIGatewayV2HTTPResponse, error)) (events.APIGatewayV2HTTPResponse, error) {
 	start := time.Now()
+	cold := telemetry.ColdStart()
+	ctx, dynamoRequests := telemetry.WithRequestCounter(ctx)
 	c := &call{requestID: ev.RequestContext.RequestID}
 	if c.requestID == "" {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		c.requestID = hex.EncodeToString(b)
 	}
-	resp, err := body(c)
+	resp, err := body(ctx, c)
 	if f := (*failure)(nil); errors.As(err, &f) {
 		resp = a.render(ctx, f.err, c)
 	}
+	latency := float64(time.Since(start).Microseconds()) / 1000
 	attrs := []slog.Attr{
 		slog.String("requestId", c.requestID),
 		slog.String("route", route),
 		slog.Int("status", resp.StatusCode),
 		slog.String("outcome", c.outcome),
-		slog.Float64("latencyMs", float64(time.Since(start).Microseconds())/1000),
+		slog.Float64("latencyMs", latency),
+		slog.Int64("dynamodbRequests", dynamoRequests.Load()),
+		slog.Bool("coldStart", cold),
 	}
 	if c.actionID != "" {
 		attrs = append(attrs, slog.String("actionId", c.actionID))
 	}
+	if k, ok := header(ev, "idempotency-key"); ok {
+		// Never the key itself: a short hash still correlates retries.
+		sum := sha256.Sum256([]byte(k))
+		attrs = append(attrs, slog.String("idempotencyKeyHash", hex.EncodeToString(sum[:6])))
+	}
 	a.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	a.Metrics.Emit([]telemetry.Dim{{Name: "Route", Value: route}, {Name: "Outcome", Value: c.outcome}},
+		telemetry.Value{Name: "Requests", Unit: telemetry.Count, Value: 1},
+		telemetry.Value{Name: "Latency", Unit: telemetry.Milliseconds, Value: latency})
 	return resp, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // PutEvents limits.
@@ -29,6 +31,9 @@ type Publisher struct {
 	Attempts int
 	Backoff  time.Duration
 	sleep    func(context.Context, time.Duration) error
+	// Metrics receives EventsPublished, EntriesRetried and
+	// BatchItemFailures per invocation (nil: none).
+	Metrics *telemetry.Metrics
 }
 
 // New returns a Publisher to bus with the given event source.
@@ -50,6 +55,16 @@ type pending struct {
 // accepted may be published again with the same eventId (subscribers
 // de-duplicate). It never reports success for an event not accepted.
 func (p *Publisher) Handle(ctx context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+	var published, retried int
+	resp := p.handle(ctx, ev, &published, &retried)
+	p.Metrics.Emit([]telemetry.Dim{{Name: "Function", Value: "publisher"}},
+		telemetry.Value{Name: "EventsPublished", Unit: telemetry.Count, Value: float64(published)},
+		telemetry.Value{Name: "EntriesRetried", Unit: telemetry.Count, Value: float64(retried)},
+		telemetry.Value{Name: "BatchItemFailures", Unit: telemetry.Count, Value: float64(len(resp.BatchItemFailures))})
+	return resp, nil
+}
+
+func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, published, retried *int) lambdaevents.DynamoDBEventResponse {
 	var todo []pending
 	for i, rec := range ev.Records {
 		e, err := Derive(rec)
@@ -57,7 +72,7 @@ func (p *Publisher) Handle(ctx context.Context, ev lambdaevents.DynamoDBEvent) (
 			// A record we cannot read is not skipped: retried, then sent to the
 			// on-failure queue by the event source mapping.
 			p.log.Error("undecodable stream record", "eventID", rec.EventID, "error", err.Error())
-			return failAt(ev, i), nil
+			return failAt(ev, i)
 		}
 		if e == nil {
 			continue
@@ -80,18 +95,20 @@ func (p *Publisher) Handle(ctx context.Context, ev lambdaevents.DynamoDBEvent) (
 		if n == 0 {
 			n = 1 // a single oversize entry: let PutEvents reject it rather than loop
 		}
-		if failed := p.putWithRetries(ctx, todo[:n]); len(failed) > 0 {
-			return failAt(ev, failed[0].record), nil
+		failed := p.putWithRetries(ctx, todo[:n], retried)
+		*published += n - len(failed)
+		if len(failed) > 0 {
+			return failAt(ev, failed[0].record)
 		}
 		todo = todo[n:]
 	}
-	return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{}}, nil
+	return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{}}
 }
 
 // putWithRetries sends one batch and retries only its failed entries with
 // capped exponential backoff and full jitter. It returns what still failed,
 // in record order.
-func (p *Publisher) putWithRetries(ctx context.Context, batch []pending) []pending {
+func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried *int) []pending {
 	for attempt := 0; ; attempt++ {
 		entries := make([]ebtypes.PutEventsRequestEntry, len(batch))
 		for i, b := range batch {
@@ -115,6 +132,7 @@ func (p *Publisher) putWithRetries(ctx context.Context, batch []pending) []pendi
 			return failed
 		}
 		batch = failed
+		*retried += len(failed)
 		wait := min(p.Backoff, 50*time.Millisecond<<attempt)
 		if err := p.sleep(ctx, rand.N(wait+1)); err != nil {
 			return batch

@@ -52,11 +52,17 @@ func (st *Store) Expire(ctx context.Context, id string, now time.Time) (bool, er
 	return old == nil, nil
 }
 
+// DueAction is an entry of the expiry index.
+type DueAction struct {
+	ID        string
+	ExpiresAt time.Time
+}
+
 // Due pages through one shard of the expiry index for actions whose
-// expiresAt is at or before now, calling page with each page's ids until
-// the shard is exhausted or page returns false. The index is eventually
-// consistent: an id may already be finished, which Expire tells.
-func (st *Store) Due(ctx context.Context, shard int, now time.Time, page func(ids []string) bool) error {
+// expiresAt is at or before now, calling page with each page until the
+// shard is exhausted or page returns false. The index is eventually
+// consistent: an action may already be finished, which Expire tells.
+func (st *Store) Due(ctx context.Context, shard int, now time.Time, page func([]DueAction) bool) error {
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
 		TableName:              &st.table,
 		IndexName:              aws.String(ExpiryIndex),
@@ -68,20 +74,24 @@ func (st *Store) Due(ctx context.Context, shard int, now time.Time, page func(id
 			":shard": s(strconv.Itoa(shard)),
 			":nowMs": n(now.UnixMilli()),
 		},
-		ProjectionExpression: aws.String("#id"),
+		ProjectionExpression: aws.String("#id, #exp"),
 	})
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
 		if err != nil {
 			return classifyErr(err)
 		}
-		ids := make([]string, 0, len(out.Items))
+		due := make([]DueAction, 0, len(out.Items))
 		for _, it := range out.Items {
-			if v, ok := it[attrID].(*types.AttributeValueMemberS); ok {
-				ids = append(ids, v.Value)
+			id, ok := it[attrID].(*types.AttributeValueMemberS)
+			exp, ok2 := it[attrExpiresAtMs].(*types.AttributeValueMemberN)
+			if !ok || !ok2 {
+				continue
 			}
+			ms, _ := strconv.ParseInt(exp.Value, 10, 64)
+			due = append(due, DueAction{ID: id.Value, ExpiresAt: time.UnixMilli(ms)})
 		}
-		if !page(ids) {
+		if !page(due) {
 			return nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // Defaults.
@@ -37,6 +38,8 @@ type Sweeper struct {
 	Budget time.Duration
 	Now    func() time.Time
 	Log    *slog.Logger
+	// Metrics receives ActionsExpired, SweepDuration and ExpiryLag per run.
+	Metrics *telemetry.Metrics
 }
 
 // Result says what one Run did.
@@ -47,6 +50,9 @@ type Result struct {
 	Complete bool `json:"complete"` // every shard was read to the end within the budget
 	// DurationMs is the wall time of the run.
 	DurationMs int64 `json:"durationMs"`
+	// MaxLagMs is the longest time from expiresAt to being marked, over the
+	// actions this run expired.
+	MaxLagMs int64 `json:"maxLagMs"`
 }
 
 // Run sweeps every shard once.
@@ -64,8 +70,8 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	ids := make(chan string, workers*4)
-	var due, expired, finished atomic.Int64
+	ids := make(chan store.DueAction, workers*4)
+	var due, expired, finished, maxLagMs atomic.Int64
 	var errMu sync.Mutex
 	var firstErr error
 	fail := func(err error) {
@@ -79,10 +85,10 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 	var readers sync.WaitGroup
 	for shard := range s.Store.ExpiryShards() {
 		readers.Go(func() {
-			err := s.Store.Due(ctx, shard, cutoff, func(page []string) bool {
-				for _, id := range page {
+			err := s.Store.Due(ctx, shard, cutoff, func(page []store.DueAction) bool {
+				for _, d := range page {
 					select {
-					case ids <- id:
+					case ids <- d:
 						due.Add(1)
 					case <-ctx.Done():
 						return false
@@ -100,18 +106,22 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 	var writers sync.WaitGroup
 	for range workers {
 		writers.Go(func() {
-			for id := range ids {
+			for d := range ids {
 				if ctx.Err() != nil {
 					continue // drain: the budget is spent
 				}
 				// The write's own "now" is checked against expiresAtMs again,
 				// so an action is never expired before its time.
-				ok, err := s.Store.Expire(ctx, id, now())
+				at := now()
+				ok, err := s.Store.Expire(ctx, d.ID, at)
 				switch {
 				case err != nil && ctx.Err() == nil:
 					fail(err)
 				case ok:
 					expired.Add(1)
+					lag := at.Sub(d.ExpiresAt).Milliseconds()
+					for old := maxLagMs.Load(); lag > old && !maxLagMs.CompareAndSwap(old, lag); old = maxLagMs.Load() {
+					}
 				case err == nil:
 					finished.Add(1)
 				}
@@ -123,7 +133,16 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 	r := Result{
 		Due: int(due.Load()), Expired: int(expired.Load()), Finished: int(finished.Load()),
 		Complete: ctx.Err() == nil && firstErr == nil, DurationMs: time.Since(start).Milliseconds(),
+		MaxLagMs: maxLagMs.Load(),
 	}
+	values := []telemetry.Value{
+		{Name: "ActionsExpired", Unit: telemetry.Count, Value: float64(r.Expired)},
+		{Name: "SweepDuration", Unit: telemetry.Milliseconds, Value: float64(r.DurationMs)},
+	}
+	if r.Expired > 0 {
+		values = append(values, telemetry.Value{Name: "ExpiryLag", Unit: telemetry.Milliseconds, Value: float64(r.MaxLagMs)})
+	}
+	s.Metrics.Emit([]telemetry.Dim{{Name: "Function", Value: "sweeper"}}, values...)
 	if s.Log != nil && (r.Due > 0 || !r.Complete) { // idle sweeps stay quiet
 		s.Log.Info("sweep", "due", r.Due, "expired", r.Expired, "finished", r.Finished, "complete", r.Complete, "durationMs", r.DurationMs)
 	}

@@ -58,6 +58,14 @@ func TestSweep(t *testing.T) {
 	if r.Due != 3 || r.Expired != 3 || r.Finished != 0 || !r.Complete {
 		t.Fatalf("sweep: %+v, want 3 due and expired", r)
 	}
+	for _, tot := range env.Metrics.Totals() {
+		if tot.Dimensions["Function"] != "sweeper" {
+			continue
+		}
+		if (tot.Metric == "ActionsExpired" && tot.Sum != 3) || (tot.Metric == "ExpiryLag" && tot.Max != 1000) {
+			t.Errorf("sweeper metric %+v (want 3 expired, lag 1000 ms)", tot)
+		}
+	}
 	ops := env.Counter.Take()
 	if ops["Query"] != store.DefaultExpiryShards || ops["UpdateItem"] != 3 || len(ops) != 2 {
 		t.Errorf("requests %v, want %d Query (one per shard) and 3 UpdateItem", ops, store.DefaultExpiryShards)
