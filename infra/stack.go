@@ -29,6 +29,7 @@ import (
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 // Settings are the stack's options, read from CDK context by settingsFrom.
@@ -294,6 +295,8 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	alarm("SweeperErrorsAlarm", sweeper.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 3,
 		"The expiry sweeper failed in 3+ runs out of 5: action.expired events are late; see its log group")
 
+	dashboard(stack, api, publisher, onFailure)
+
 	if s.ExampleSubscriber {
 		exampleSubscriber(stack, s, bus, alarm, removal)
 	}
@@ -307,6 +310,55 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	out("EventBusArn", bus.EventBusArn(), "ARN of the event bus")
 	out("OnFailureQueueUrl", onFailure.QueueUrl(), "SQS queue of stream records that could not be published")
 	return stack
+}
+
+// dashboard shows, without reading code, what ExactOnce is doing: outcomes
+// and latency per route (from the EMF metrics the functions print), API
+// errors, and the health of the event pipeline and of expiry.
+func dashboard(stack awscdk.Stack, api awsapigatewayv2.HttpApi, publisher awslambda.Function, onFailure awssqs.Queue) {
+	minute := awscdk.Duration_Minutes(jsii.Number(1))
+	search := func(label, dims, metric, stat string) awscloudwatch.IMetric {
+		return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String("SEARCH('{" + telemetry.Namespace + "," + dims + `} MetricName="` + metric + `"', '` + stat + "', 60)"),
+			Label:      jsii.String(label),
+			Period:     minute,
+		})
+	}
+	own := func(metric, stat, fn string) awscloudwatch.IMetric {
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace: jsii.String(telemetry.Namespace), MetricName: jsii.String(metric),
+			DimensionsMap: &map[string]*string{"Function": jsii.String(fn)},
+			Statistic:     jsii.String(stat), Period: minute, Label: jsii.String(metric),
+		})
+	}
+	graph := func(title string, width float64, left ...awscloudwatch.IMetric) awscloudwatch.IWidget {
+		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{
+			Title: jsii.String(title), Width: jsii.Number(width), Height: jsii.Number(6), Left: &left,
+		})
+	}
+	stat := func(m func(*awscloudwatch.MetricOptions) awscloudwatch.Metric, s string) awscloudwatch.IMetric {
+		return m(&awscloudwatch.MetricOptions{Period: minute, Statistic: jsii.String(s)})
+	}
+	d := awscloudwatch.NewDashboard(stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
+	})
+	d.AddWidgets(
+		graph("Requests by route and outcome", 24, search("", "Route,Outcome", "Requests", "Sum")),
+	)
+	d.AddWidgets(
+		graph("Latency p50 by route (ms)", 8, search("p50", "Route", "Latency", "p50")),
+		graph("Latency p99 by route (ms)", 8, search("p99", "Route", "Latency", "p99")),
+		graph("API 4xx / 5xx", 8, stat(api.MetricClientError, "Sum"), stat(api.MetricServerError, "Sum")),
+	)
+	d.AddWidgets(
+		graph("Events published / retried / batch failures", 8,
+			own("EventsPublished", "Sum", "publisher"), own("EntriesRetried", "Sum", "publisher"), own("BatchItemFailures", "Sum", "publisher")),
+		graph("Stream iterator age (ms) and on-failure queue", 8,
+			publisher.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: minute, Statistic: jsii.String("Maximum")}),
+			stat(onFailure.MetricApproximateNumberOfMessagesVisible, "Maximum")),
+		graph("Expiry: lag (ms), actions expired, sweep duration (ms)", 8,
+			own("ExpiryLag", "Maximum", "sweeper"), own("ActionsExpired", "Sum", "sweeper"), own("SweepDuration", "Maximum", "sweeper")),
+	)
 }
 
 // exampleSubscriber wires the audit subscriber: a rule on the bus for the

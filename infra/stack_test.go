@@ -528,3 +528,29 @@ func TestAssetHashesStable(t *testing.T) {
 		t.Fatalf("asset keys differ across synths:\n%s\n%s", ka, kb)
 	}
 }
+
+// TestDashboard: one dashboard with outcomes per route, p50/p99 latency,
+// API 4xx/5xx, the event pipeline and expiry.
+func TestDashboard(t *testing.T) {
+	_, tmpl := synth(t, Settings{})
+	boards := resources(tmpl, "AWS::CloudWatch::Dashboard")
+	if len(boards) != 1 {
+		t.Fatalf("%d dashboards", len(boards))
+	}
+	for _, b := range boards {
+		body := jsonOf(props(b)["DashboardBody"])
+		for _, want := range []string{
+			`SEARCH('{ExactOnce,Route,Outcome} MetricName=\\\"Requests\\\"', 'Sum', 60)`,
+			`SEARCH('{ExactOnce,Route} MetricName=\\\"Latency\\\"', 'p50', 60)`,
+			`SEARCH('{ExactOnce,Route} MetricName=\\\"Latency\\\"', 'p99', 60)`,
+			`\"AWS/ApiGateway\",\"4xx\"`, `\"AWS/ApiGateway\",\"5xx\"`,
+			`\"ExactOnce\",\"EventsPublished\",\"Function\",\"publisher\"`, `\"EntriesRetried\"`, `\"BatchItemFailures\"`,
+			`\"AWS/Lambda\",\"IteratorAge\"`, `\"ApproximateNumberOfMessagesVisible\"`,
+			`\"ExactOnce\",\"ExpiryLag\",\"Function\",\"sweeper\"`, `\"ActionsExpired\"`, `\"SweepDuration\"`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("dashboard lacks %s", want)
+			}
+		}
+	}
+}
