@@ -14,7 +14,7 @@ RACE_PKGS = $$(go list ./... | grep -v '/infra$$')
 
 CDK := .tools/node_modules/.bin/cdk
 
-.PHONY: help tools run test build fuzz synth diff deploy destroy clean
+.PHONY: help tools run test bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -30,8 +30,13 @@ run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local inc
 
 test: $(TOOLS) ## run every test (unit, integration against DynamoDB Local, race, fuzz seeds)
 	go vet ./...
+	go vet -tags xray ./shared/tracing
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 	go test $(GOTEST_FLAGS) ./infra
+
+bench: $(TOOLS) ## run the benchmarks (bench/: cold start and warm consume, traced and not)
+	go test -run '^$$' -bench . -benchtime $${BENCHTIME:-200x} -count 1 ./bench
 
 build: ## build every Lambda as dist/<name>.zip (arm64, provided.al2023)
 	@mkdir -p dist

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Functions lists every Lambda the stack can deploy (folders under
@@ -12,16 +13,16 @@ import (
 var Functions = []string{"create", "get", "consume", "cancel", "publisher", "sweeper", "audit"}
 
 // BuildFunctions compiles each function for Lambda (linux/arm64, static,
-// lambda.norpc) into outDir/<name>/bootstrap. The build is reproducible
+// lambda.norpc plus the given build tags) into outDir/<name>/bootstrap. The build is reproducible
 // (-trimpath, no build id, no VCS stamp), so the same source gives the same
 // bytes and therefore the same asset hash on every synth.
-func BuildFunctions(repoRoot, outDir string) error {
+func BuildFunctions(repoRoot, outDir string, tags ...string) error {
 	for _, name := range Functions {
 		dir := filepath.Join(outDir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-buildvcs=false",
+		cmd := exec.Command("go", "build", "-tags", strings.Join(append([]string{"lambda.norpc"}, tags...), ","), "-trimpath", "-buildvcs=false",
 			"-ldflags", "-s -w -buildid=", "-o", filepath.Join(dir, "bootstrap"), "./functions/"+name)
 		cmd.Dir = repoRoot
 		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")

@@ -49,6 +49,9 @@ type Settings struct {
 	// ExampleSubscriber deploys the audit subscriber (functions/audit), its
 	// claims table and rule: a working example of consuming the events.
 	ExampleSubscriber bool
+	// Tracing turns on X-Ray active tracing for every function; Code must
+	// then hold builds with the xray tag (shared/tracing).
+	Tracing bool
 	// Code returns the asset folder holding the bootstrap binary of a function.
 	Code func(name string) string
 }
@@ -436,6 +439,15 @@ func newFunction(stack awscdk.Stack, name string, s Settings, env map[string]*st
 		Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
 		Resources: &[]*string{logs.LogGroupArn()}, // the attribute already ends in :* (its streams)
 	}))
+	tracing := awslambda.Tracing_DISABLED
+	if s.Tracing {
+		tracing = awslambda.Tracing_ACTIVE
+		cdknag.NagSuppressions_AddResourceSuppressions(role, &[]*cdknag.NagPackSuppression{{
+			Id:        jsii.String("AwsSolutions-IAM5"),
+			Reason:    jsii.String("xray:PutTraceSegments and xray:PutTelemetryRecords do not support resource-level permissions; Lambda active tracing needs them on *."),
+			AppliesTo: &[]interface{}{jsii.String("Resource::*")},
+		}}, jsii.Bool(true))
+	}
 	return awslambda.NewFunction(stack, jsii.String(id+"Function"), &awslambda.FunctionProps{
 		Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture:  awslambda.Architecture_ARM_64(),
@@ -447,6 +459,7 @@ func newFunction(stack awscdk.Stack, name string, s Settings, env map[string]*st
 		Role:          role,
 		LogGroup:      logs,
 		LoggingFormat: awslambda.LoggingFormat_JSON,
+		Tracing:       tracing,
 		Description:   jsii.String("ExactOnce " + name),
 	})
 }

@@ -143,6 +143,24 @@ func TestFunctions(t *testing.T) {
 	}
 }
 
+// Tracing is off by default (it costs cold-start time); the context flag
+// turns on active tracing for every function, with the X-Ray permissions.
+func TestTracing(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		_, tmpl := synth(t, Settings{Tracing: on, ExampleSubscriber: true})
+		for id, fn := range resources(tmpl, "AWS::Lambda::Function") {
+			mode := jsonOf(props(fn)["TracingConfig"])
+			if on && mode != `{"Mode":"Active"}` || !on && mode != "null" && mode != `{"Mode":"PassThrough"}` {
+				t.Errorf("tracing=%v: %s has TracingConfig %s", on, id, mode)
+			}
+		}
+		policies := jsonOf(resources(tmpl, "AWS::IAM::Policy"))
+		if has := strings.Contains(policies, "xray:PutTraceSegments"); has != on {
+			t.Errorf("tracing=%v: X-Ray permissions granted = %v", on, has)
+		}
+	}
+}
+
 func TestRoutesAuth(t *testing.T) {
 	_, tmpl := synth(t, Settings{})
 	routes := resources(tmpl, "AWS::ApiGatewayV2::Route")
@@ -486,7 +504,7 @@ func TestAlarmsAndOutputs(t *testing.T) {
 // TestNag: cdk-nag's AwsSolutions pack reports no error (suppressions carry
 // their reasons in stack.go).
 func TestNag(t *testing.T) {
-	for _, s := range []Settings{{}, {AlarmEmail: "ops@example.com", ExampleSubscriber: true}, {Auth: "jwt", JwtIssuer: "https://i.example", JwtAudience: []string{"a"}}} {
+	for _, s := range []Settings{{}, {AlarmEmail: "ops@example.com", ExampleSubscriber: true}, {Auth: "jwt", JwtIssuer: "https://i.example", JwtAudience: []string{"a"}}, {Tracing: true, ExampleSubscriber: true}} {
 		stack, _ := synth(t, s)
 		must(t, func() {
 			ann := assertions.Annotations_FromStack(stack)

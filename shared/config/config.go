@@ -19,6 +19,7 @@ import (
 
 	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/tracing"
 )
 
 // Environment variables.
@@ -83,9 +84,15 @@ func HTTPClient() *awshttp.BuildableClient {
 }
 
 // AWS loads the default SDK configuration (Lambda's role credentials and
-// region). AWS_ENDPOINT_URL_<SERVICE> variables point a service elsewhere.
+// region), traced with X-Ray in builds with the xray tag.
+// AWS_ENDPOINT_URL_<SERVICE> variables point a service elsewhere.
 func AWS(ctx context.Context) (aws.Config, error) {
-	return awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(HTTPClient()))
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(HTTPClient()))
+	if err != nil {
+		return cfg, err
+	}
+	tracing.Instrument(&cfg)
+	return cfg, nil
 }
 
 // Local is an SDK configuration for a local endpoint (DynamoDB Local, a fake

@@ -1,0 +1,212 @@
+// Package lambdaruntime runs a function's real bootstrap binary the way
+// Lambda does, behind a local Lambda Runtime API (the 2018-06-01 HTTP
+// protocol that aws-lambda-go polls), so tests and benchmarks exercise the
+// function's main, its cold start and its handler as one process.
+package lambdaruntime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const prefix = "/2018-06-01/runtime/"
+
+// Build compiles the main package pkg (e.g. "./functions/get", relative to
+// dir) into out for this machine, as the Lambda build does apart from the
+// target platform. Extra build tags are added to lambda.norpc.
+func Build(dir, pkg, out string, tags ...string) error {
+	cmd := exec.Command("go", "build", "-tags", strings.Join(append([]string{"lambda.norpc"}, tags...), ","),
+		"-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// Result is what the function answered to one invocation.
+type Result struct {
+	Body []byte
+	// Error is set when the function reported an invocation error.
+	Error bool
+}
+
+type invocation struct {
+	id, trace string
+	event     []byte
+	done      chan Result
+}
+
+// Function is one running bootstrap process and its Runtime API.
+type Function struct {
+	ln      net.Listener
+	srv     *http.Server
+	cmd     *exec.Cmd
+	started time.Time
+	output  bytes.Buffer // the process's stdout and stderr
+
+	ready   chan struct{} // closed at the first poll for an invocation
+	readyAt time.Time
+	exited  chan struct{}
+	next    chan *invocation
+
+	mu      sync.Mutex
+	pending map[string]*invocation
+	seq     int
+}
+
+// Start runs the binary with env (added to a minimal Lambda-like
+// environment) and serves its Runtime API on a loopback port.
+func Start(bin string, env ...string) (*Function, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &Function{ln: ln, ready: make(chan struct{}), exited: make(chan struct{}),
+		next: make(chan *invocation), pending: map[string]*invocation{}}
+	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = f.srv.Serve(ln) }()
+
+	f.cmd = exec.Command(bin)
+	f.cmd.Env = append([]string{
+		"AWS_LAMBDA_RUNTIME_API=" + ln.Addr().String(),
+		"AWS_LAMBDA_FUNCTION_NAME=local", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256",
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+	}, env...)
+	w := &syncWriter{w: &f.output, mu: &f.mu}
+	f.cmd.Stdout, f.cmd.Stderr = w, w
+	f.started = time.Now()
+	if err := f.cmd.Start(); err != nil {
+		_ = f.srv.Close()
+		return nil, err
+	}
+	go func() { _ = f.cmd.Wait(); close(f.exited) }()
+	return f, nil
+}
+
+// Ready waits for the function's first poll for work and returns the time
+// from process start to then: what Lambda reports as Init Duration.
+func (f *Function) Ready(ctx context.Context) (time.Duration, error) {
+	select {
+	case <-f.ready:
+		return f.readyAt.Sub(f.started), nil
+	case <-f.exited:
+		return 0, fmt.Errorf("lambdaruntime: the function exited during init:\n%s", f.Output())
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Invoke hands the function one event, with a Lambda trace header when
+// trace is not empty, and waits for its answer.
+func (f *Function) Invoke(ctx context.Context, event []byte, trace string) (Result, error) {
+	f.mu.Lock()
+	f.seq++
+	inv := &invocation{id: "req-" + strconv.Itoa(f.seq), trace: trace, event: event, done: make(chan Result, 1)}
+	f.pending[inv.id] = inv
+	f.mu.Unlock()
+	select {
+	case f.next <- inv:
+	case <-f.exited:
+		return Result{}, fmt.Errorf("lambdaruntime: the function exited:\n%s", f.Output())
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	select {
+	case r := <-inv.done:
+		return r, nil
+	case <-f.exited:
+		return Result{}, fmt.Errorf("lambdaruntime: the function exited during an invocation:\n%s", f.Output())
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// Output is everything the process printed so far.
+func (f *Function) Output() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.output.String()
+}
+
+// Close stops the process and the Runtime API.
+func (f *Function) Close() {
+	_ = f.cmd.Process.Kill()
+	<-f.exited
+	_ = f.srv.Close()
+}
+
+func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, prefix)
+	switch {
+	case r.Method == http.MethodGet && path == "invocation/next":
+		f.mu.Lock()
+		if f.readyAt.IsZero() {
+			f.readyAt = time.Now()
+			close(f.ready)
+		}
+		f.mu.Unlock()
+		var inv *invocation
+		select {
+		case inv = <-f.next:
+		case <-r.Context().Done():
+			return
+		}
+		h := w.Header()
+		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
+		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10))
+		h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:000000000000:function:local")
+		if inv.trace != "" {
+			h.Set("Lambda-Runtime-Trace-Id", inv.trace)
+		}
+		_, _ = w.Write(inv.event)
+	case r.Method == http.MethodPost && strings.HasPrefix(path, "invocation/"):
+		id, kind, _ := strings.Cut(strings.TrimPrefix(path, "invocation/"), "/")
+		body, err := readAll(r)
+		f.mu.Lock()
+		inv := f.pending[id]
+		delete(f.pending, id)
+		f.mu.Unlock()
+		if inv == nil || err != nil || (kind != "response" && kind != "error") {
+			http.Error(w, "unknown invocation", http.StatusBadRequest)
+			return
+		}
+		inv.done <- Result{Body: body, Error: kind == "error"}
+		w.WriteHeader(http.StatusAccepted)
+	case r.Method == http.MethodPost && path == "init/error":
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func readAll(r *http.Request) ([]byte, error) {
+	var b bytes.Buffer
+	_, err := b.ReadFrom(r.Body)
+	if err != nil && !errors.Is(err, http.ErrBodyReadAfterClose) {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
