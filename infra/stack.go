@@ -65,14 +65,22 @@ type Route struct {
 	TableActions []string
 	// Secret reports whether the function reads the server secret.
 	Secret bool
+	// KeysOnly confines the function to idempotency-key items (partition
+	// keys starting with store.KeyPrefix) with the dynamodb:LeadingKeys
+	// condition: the /keys functions cannot read or write an action.
+	KeysOnly bool
 }
 
 // Routes are the API's routes: one function each, least privilege each.
 var Routes = []Route{
-	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem"}, true},
-	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false},
-	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true},
-	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, false},
+	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem"}, true, false},
+	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false, false},
+	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true, false},
+	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, false, false},
+	{"keyclaim", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/claim", []string{"dynamodb:UpdateItem"}, false, true},
+	{"keycomplete", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/complete", []string{"dynamodb:UpdateItem"}, false, true},
+	{"keyrelease", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/release", []string{"dynamodb:UpdateItem"}, false, true},
+	{"keyget", awsapigatewayv2.HttpMethod_GET, "/keys/{key}", []string{"dynamodb:GetItem"}, false, true},
 }
 
 // Function sizing. Go handlers doing one DynamoDB call need little memory,
@@ -208,10 +216,16 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 			fnEnv["EXACTONCE_SECRET_ARN"] = secret.SecretArn()
 		}
 		fn := newFunction(stack, r.Function, s, fnEnv, apiMemoryMB, apiTimeout, removal)
-		fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		tableAccess := &awsiam.PolicyStatementProps{
 			Actions:   jsii.Strings(r.TableActions...),
 			Resources: &[]*string{table.TableArn()},
-		}))
+		}
+		if r.KeysOnly {
+			tableAccess.Conditions = &map[string]any{
+				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{store.KeyPrefix + "*"}},
+			}
+		}
+		fn.AddToRolePolicy(awsiam.NewPolicyStatement(tableAccess))
 		if r.Secret {
 			fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 				Actions:   jsii.Strings("secretsmanager:GetSecretValue"),

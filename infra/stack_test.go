@@ -172,7 +172,8 @@ func TestRoutesAuth(t *testing.T) {
 		}
 	}
 	sort.Strings(keys)
-	want := []string{"GET /actions/{actionId}", "POST /actions", "POST /actions/{actionId}/cancel", "POST /actions/{actionId}/consume"}
+	want := []string{"GET /actions/{actionId}", "GET /keys/{key}", "POST /actions", "POST /actions/{actionId}/cancel", "POST /actions/{actionId}/consume",
+		"POST /keys/{key}/claim", "POST /keys/{key}/complete", "POST /keys/{key}/release"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("routes %v, want %v", keys, want)
 	}
@@ -215,7 +216,11 @@ func TestLeastPrivilege(t *testing.T) {
 			role := r.(map[string]any)["Ref"].(string)
 			for _, st := range p["PolicyDocument"].(map[string]any)["Statement"].([]any) {
 				s := st.(map[string]any)
-				got[roleOf[role]] = append(got[roleOf[role]], fmt.Sprintf("%v %s on %s", s["Effect"], jsonOf(s["Action"]), resourceNames(s["Resource"])))
+				line := fmt.Sprintf("%v %s on %s", s["Effect"], jsonOf(s["Action"]), resourceNames(s["Resource"]))
+				if s["Condition"] != nil {
+					line += " if " + jsonOf(s["Condition"])
+				}
+				got[roleOf[role]] = append(got[roleOf[role]], line)
 			}
 		}
 	}
@@ -230,6 +235,11 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
 			`Allow "dynamodb:UpdateItem" on Actions`},
+	}
+	// The /keys functions reach only idempotency-key items, never an action.
+	keysOnly := ` if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["key#*"]}}`
+	for fn, op := range map[string]string{"keyclaim": "UpdateItem", "keycomplete": "UpdateItem", "keyrelease": "UpdateItem", "keyget": "GetItem"} {
+		want[fn] = []string{`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ` + title(fn) + `Logs`, `Allow "dynamodb:` + op + `" on Actions` + keysOnly}
 	}
 	for fn, w := range want {
 		g := got[fn]
@@ -257,7 +267,7 @@ func resourceNames(v any) string {
 	if s == `"*"` {
 		return "*"
 	}
-	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "PublisherLogs", "SweeperLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
+	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "KeyclaimLogs", "KeycompleteLogs", "KeyreleaseLogs", "KeygetLogs", "PublisherLogs", "SweeperLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
 		if strings.Contains(s, `"`+name) {
 			if i := strings.Index(s, "/index/"); i >= 0 {
 				return name + strings.TrimRight(s[i:], `"]}`)
@@ -375,7 +385,7 @@ func TestExampleSubscriber(t *testing.T) {
 	for _, a := range resources(tmpl, "AWS::CloudWatch::Alarm") {
 		metrics[fmt.Sprint(props(a)["Namespace"], "/", props(a)["MetricName"])]++
 	}
-	if metrics["AWS/Lambda/Errors"] != 7 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
+	if metrics["AWS/Lambda/Errors"] != 11 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
 		t.Errorf("alarms with the subscriber: %v", metrics)
 	}
 	if tmpl["Outputs"].(map[string]any)["AuditClaimsTableName"] == nil {
@@ -478,7 +488,7 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			t.Error("alarm actions without an alarm email")
 		}
 	}
-	want := map[string]int{"AWS/Lambda/Errors": 6, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1}
+	want := map[string]int{"AWS/Lambda/Errors": 10, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1}
 	if fmt.Sprint(metrics) != fmt.Sprint(want) {
 		t.Errorf("alarms on %v, want %v", metrics, want)
 	}

@@ -260,3 +260,10 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// ValidateToken checks an identifier-like field: 1 to max characters of
+// [A-Za-z0-9._:-] plus extra. Other request types share it.
+func ValidateToken(field, s string, max int, extra string) error { return token(field, s, max, extra) }
+
+// ValidateText checks free text: at most max characters, no control characters.
+func ValidateText(field, s string, max int) error { return text(field, s, max) }

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/tracing"
 )
@@ -29,11 +30,12 @@ const (
 	EnvSecretARN = "EXACTONCE_SECRET_ARN"    // Secrets Manager secret with the server secret
 	EnvSecret    = "EXACTONCE_SECRET"        // the server secret itself (local use)
 	EnvShards    = "EXACTONCE_EXPIRY_SHARDS" // partitions of the expiry index (default 16)
+	EnvKeyRetain = "EXACTONCE_KEY_RETENTION" // Go duration an idempotency key is kept (default 24h)
 )
 
 // Store returns the action store these settings describe.
 func (c Config) Store(db *dynamodb.Client) *store.Store {
-	return store.New(db, c.Table, store.Options{Retention: c.Retention, ExpiryShards: c.ExpiryShards})
+	return store.New(db, c.Table, store.Options{Retention: c.Retention, ExpiryShards: c.ExpiryShards, KeyRetention: c.KeyRetention})
 }
 
 // Config is the service's settings.
@@ -44,6 +46,9 @@ type Config struct {
 	Secret    string
 	// ExpiryShards must be the same for every function on the table.
 	ExpiryShards int
+	// KeyRetention is how long an idempotency key of the /keys routes is
+	// kept after its last transition (its response replayed).
+	KeyRetention time.Duration
 }
 
 // Load reads the settings through getenv (os.Getenv in production).
@@ -51,6 +56,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Table:        getenv(EnvTable),
 		Retention:    store.DefaultRetention,
+		KeyRetention: idemkey.DefaultRetention,
 		ExpiryShards: store.DefaultExpiryShards,
 		SecretARN:    getenv(EnvSecretARN),
 		Secret:       getenv(EnvSecret),
@@ -64,6 +70,13 @@ func Load(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("config: %s must be a positive Go duration such as 720h", EnvRetention)
 		}
 		c.Retention = d
+	}
+	if v := getenv(EnvKeyRetain); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("config: %s must be a positive Go duration such as 24h", EnvKeyRetain)
+		}
+		c.KeyRetention = d
 	}
 	if v := getenv(EnvShards); v != "" {
 		n, err := strconv.Atoi(v)

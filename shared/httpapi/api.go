@@ -17,6 +17,7 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
@@ -54,7 +55,10 @@ type Handler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGa
 
 // Routes returns every route key with its handler.
 func (a *API) Routes() map[string]Handler {
-	return map[string]Handler{RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel}
+	return map[string]Handler{
+		RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel,
+		RouteKeyClaim: a.Claim, RouteKeyComplete: a.Complete, RouteKeyRelease: a.Release, RouteKeyGet: a.GetKey,
+	}
 }
 
 // Create handles POST /actions.
@@ -210,6 +214,7 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 type call struct {
 	requestID string
 	actionID  string
+	keyHash   string // of the {key} path parameter; never the key
 	outcome   string
 }
 
@@ -253,6 +258,9 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	if c.actionID != "" {
 		attrs = append(attrs, slog.String("actionId", c.actionID))
 	}
+	if c.keyHash != "" {
+		attrs = append(attrs, slog.String("keyHash", c.keyHash))
+	}
 	if k, ok := header(ev, "idempotency-key"); ok {
 		// Never the key itself: a short hash still correlates retries.
 		sum := sha256.Sum256([]byte(k))
@@ -270,7 +278,11 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV2HTTPResponse {
 	var invalid *action.InvalidError
 	var rej *action.Rejection
+	var keyRej *idemkey.Rejection
 	switch {
+	case errors.As(err, &keyRej) && keyRej.Code != idemkey.CodeInternal:
+		c.outcome = string(keyRej.Code)
+		return keyRejection(keyRej, c.requestID, a.Now())
 	case errors.As(err, &invalid):
 		c.outcome = string(action.CodeInvalidRequest)
 		return invalidRequest(invalid, c.requestID)

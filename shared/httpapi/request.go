@@ -31,12 +31,17 @@ type request struct {
 // errTooLarge marks a body over MaxBodyBytes.
 var errTooLarge = errors.New("request body too large")
 
-// readRequest extracts the body and Idempotency-Key of an API Gateway event
-// and fingerprints the body. An empty body reads as {} when emptyOK.
+// readRequest extracts the body (at most MaxBodyBytes) and Idempotency-Key
+// of an API Gateway event. An empty body reads as {} when emptyOK.
 func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool) (*request, error) {
+	return readRequestUpTo(ev, emptyOK, MaxBodyBytes)
+}
+
+// readRequestUpTo is readRequest for a route with its own body limit.
+func readRequestUpTo(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int) (*request, error) {
 	raw := []byte(ev.Body)
 	if ev.IsBase64Encoded {
-		if base64.StdEncoding.DecodedLen(len(ev.Body)) > MaxBodyBytes+3 {
+		if base64.StdEncoding.DecodedLen(len(ev.Body)) > limit+3 {
 			return nil, errTooLarge
 		}
 		var err error
@@ -44,7 +49,7 @@ func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool) (*request, er
 			return nil, &action.InvalidError{Field: "body", Message: "is not valid base64"}
 		}
 	}
-	if len(raw) > MaxBodyBytes {
+	if len(raw) > limit {
 		return nil, errTooLarge
 	}
 	if len(strings.TrimSpace(string(raw))) == 0 {

@@ -117,7 +117,7 @@ func Status(c action.Code) int {
 }
 
 var messages = map[action.Code]string{
-	action.CodeTooLarge:    "the request body is larger than " + strconv.Itoa(MaxBodyBytes) + " bytes",
+	action.CodeTooLarge:    "the request body is larger than this route accepts (" + strconv.Itoa(MaxBodyBytes) + " bytes; " + strconv.Itoa(MaxKeyBodyBytes) + " for /keys/{key}/complete)",
 	action.CodeNotFound:    "no action has this id",
 	action.CodeExists:      "an action with this id already exists",
 	action.CodeAlreadyUsed: "the action was already consumed",

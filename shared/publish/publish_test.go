@@ -55,6 +55,15 @@ func record(name string, old, cur img, ttl bool, seq string) lambdaevents.Dynamo
 	return r
 }
 
+// keyItem is an idempotency key's image (the /keys routes share the table).
+var keyItem = img{"actionId": str("key#pay-1"), "fingerprint": str("f"), "token": str("0123"), "attempts": num(1), "ttl": num(1_702_678_400)}
+
+func keyRecord(name string, old, cur img, ttl bool) lambdaevents.DynamoDBEventRecord {
+	r := record(name, old, cur, ttl, "99")
+	r.Change.Keys = img{"actionId": str("key#pay-1")}
+	return r
+}
+
 func TestDerive(t *testing.T) {
 	consumed := base("a", "consumedAt", str("2023-11-14T23:00:00.000Z"), "consumedReason", str("checkout"))
 	canceled := base("a", "canceledAt", str("2023-11-14T23:00:00.000Z"), "cancelReason", str("refund"))
@@ -75,6 +84,9 @@ func TestDerive(t *testing.T) {
 		{"TTL removal of a swept action emits nothing", record("REMOVE", swept, nil, true, "9"), ""},
 		{"TTL removal of a canceled action emits nothing", record("REMOVE", canceled, nil, true, "10"), ""},
 		{"a delete by a user is not an expiry", record("REMOVE", base("a"), nil, false, "11"), ""},
+		{"an idempotency key's claim emits nothing", keyRecord("INSERT", nil, keyItem, false), ""},
+		{"an idempotency key's complete emits nothing", keyRecord("MODIFY", keyItem, keyItem, false), ""},
+		{"TTL removal of an idempotency key emits nothing", keyRecord("REMOVE", keyItem, nil, true), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // DefaultRetention is how long a finished action is kept (DynamoDB TTL) so
@@ -42,14 +43,16 @@ const DefaultExpiryShards = 16
 type Options struct {
 	Retention    time.Duration // DefaultRetention
 	ExpiryShards int           // DefaultExpiryShards
+	KeyRetention time.Duration // idemkey.DefaultRetention
 }
 
 // Store reads and writes action items in one table.
 type Store struct {
-	db        *dynamodb.Client
-	table     string
-	retention time.Duration
-	shards    int
+	db           *dynamodb.Client
+	table        string
+	retention    time.Duration
+	shards       int
+	keyRetention time.Duration
 }
 
 // New returns a Store on table.
@@ -60,7 +63,10 @@ func New(db *dynamodb.Client, table string, o Options) *Store {
 	if o.ExpiryShards <= 0 {
 		o.ExpiryShards = DefaultExpiryShards
 	}
-	return &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards}
+	if o.KeyRetention <= 0 {
+		o.KeyRetention = idemkey.DefaultRetention
+	}
+	return &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards, keyRetention: o.KeyRetention}
 }
 
 // ExpiryShards is the number of partitions of the expiry index.
@@ -240,13 +246,33 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 	return written, nil
 }
 
-// update runs one conditional UpdateItem. It returns the item as written
-// (when rv asks for it), or the old item when the condition failed (old is
-// then non-nil, or nil with a not-found Rejection), or a dependency error.
+// update runs one conditional UpdateItem on an action. It returns the item
+// as written (when rv asks for it), or the old item when the condition failed
+// (old is then non-nil, or nil with a not-found Rejection), or a dependency error.
 func (st *Store) update(ctx context.Context, id string, u *update, cond string, rv types.ReturnValue) (written, old *action.Action, err error) {
+	w, o, failed, err := st.write(ctx, id, u, cond, rv)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case failed && o == nil:
+		return nil, nil, action.Reject(action.CodeNotFound, nil)
+	case failed:
+		old, err := Decode(o)
+		return nil, old, err
+	case rv == types.ReturnValueNone:
+		return nil, nil, nil
+	}
+	written, err = Decode(w)
+	return written, nil, err
+}
+
+// write runs one conditional UpdateItem on the item with partition key pk.
+// When the condition fails, failed is true and old is the item the write saw
+// (nil if there was none): the same request tells why, no read follows.
+func (st *Store) write(ctx context.Context, pk string, u *update, cond string, rv types.ReturnValue) (written, old map[string]types.AttributeValue, failed bool, err error) {
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           &st.table,
-		Key:                                 key(id),
+		Key:                                 key(pk),
 		UpdateExpression:                    aws.String(u.expression()),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            u.names,
@@ -257,22 +283,11 @@ func (st *Store) update(ctx context.Context, id string, u *update, cond string, 
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &ccf):
-		if ccf.Item == nil {
-			return nil, nil, action.Reject(action.CodeNotFound, nil)
-		}
-		old, err := Decode(ccf.Item)
-		if err != nil {
-			return nil, nil, err
-		}
-		return nil, old, nil
+		return nil, ccf.Item, true, nil
 	case err != nil:
-		return nil, nil, classifyErr(err)
+		return nil, nil, false, classifyErr(err)
 	}
-	if rv == types.ReturnValueNone {
-		return nil, nil, nil
-	}
-	written, err = Decode(out.Attributes)
-	return written, nil, err
+	return out.Attributes, nil, false, nil
 }
 
 func pinMatches(stored []byte, presented [][]byte) bool {

@@ -1,0 +1,19 @@
+// Command keyget is the Lambda behind GET /keys/{key} (idempotency keys as a service).
+package main
+
+import (
+	"context"
+	"log"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/exactonce/exactonce/shared/app"
+)
+
+func main() {
+	api, err := app.FromEnv(context.Background(), app.Needs{}) // no secret: keys hold no PIN or sealed payload
+	if err != nil {
+		log.Fatal(err) // a cold start without config must fail loudly, not serve 500s
+	}
+	lambda.Start(api.GetKey)
+}

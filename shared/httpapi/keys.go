@@ -1,0 +1,250 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/idemkey"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Route keys of the idempotency-key service.
+const (
+	RouteKeyClaim    = "POST /keys/{key}/claim"
+	RouteKeyComplete = "POST /keys/{key}/complete"
+	RouteKeyRelease  = "POST /keys/{key}/release"
+	RouteKeyGet      = "GET /keys/{key}"
+)
+
+// MaxKeyBodyBytes bounds a complete's body: a 64 KiB response and its token.
+const MaxKeyBodyBytes = idemkey.MaxResponseBytes + 1<<10
+
+// KeyView is the public JSON of an idempotency key. Token appears only in
+// the answer to the claim that took the lease; Response only in claims of a
+// completed key.
+type KeyView struct {
+	Key            string         `json:"key"`
+	State          idemkey.State  `json:"state"`
+	Token          string         `json:"token,omitempty"`
+	LeaseExpiresAt string         `json:"leaseExpiresAt,omitempty"`
+	Attempts       int            `json:"attempts"`
+	Failures       int            `json:"failures"`
+	CreatedAt      string         `json:"createdAt"`
+	ClaimedAt      string         `json:"claimedAt,omitempty"`
+	CompletedAt    string         `json:"completedAt,omitempty"`
+	ReleasedAt     string         `json:"releasedAt,omitempty"`
+	LastError      string         `json:"lastError,omitempty"`
+	Response       jsontext.Value `json:"response,omitempty"`
+}
+
+func keyView(k *idemkey.Key, at time.Time) *KeyView {
+	v := &KeyView{
+		Key: k.Name, State: k.StateAt(at), Attempts: k.Attempts, Failures: k.Failures,
+		CreatedAt: optTime(k.CreatedAt), ClaimedAt: optTime(k.ClaimedAt), CompletedAt: optTime(k.CompletedAt),
+		ReleasedAt: optTime(k.ReleasedAt), LastError: k.LastError,
+	}
+	if k.Token != "" && k.CompletedAt.IsZero() {
+		v.LeaseExpiresAt = optTime(k.LeaseExpiresAt)
+	}
+	return v
+}
+
+// Claim handles POST /keys/{key}/claim: 201 with a lease and fencing token
+// for the first caller (and for its own retries), 200 with the stored
+// response once completed, 409 in_progress while another holder's lease runs.
+func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteKeyClaim, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		name, err := pathKey(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := readRequest(&ev, false)
+		if err != nil {
+			return fail(err)
+		}
+		var req idemkey.ClaimRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		lease, err := idemkey.ValidateClaim(&req)
+		if err != nil {
+			return fail(err)
+		}
+		now := a.Now()
+		k, err := a.store.ClaimKey(ctx, name, store.Claim{
+			Fingerprint: req.Fingerprint, Lease: lease, Token: idemkey.NewToken(),
+			Write: action.Write{Key: r.key, RequestID: c.requestID}, Now: now,
+		})
+		var replay *idemkey.Replay
+		switch {
+		case errors.As(err, &replay) && !replay.Key.CompletedAt.IsZero():
+			c.outcome = "replayed"
+			v := keyView(replay.Key, now)
+			v.Response = replay.Key.Response
+			return respond(http.StatusOK, v, nil), nil
+		case errors.As(err, &replay): // this caller's own claim, retried
+			c.outcome = "claim_replayed"
+			v := keyView(replay.Key, now)
+			v.Token = replay.Key.Token
+			return respond(http.StatusCreated, v, map[string]string{HeaderReplayed: "true"}), nil
+		case err != nil:
+			return fail(err)
+		}
+		c.outcome = "claimed"
+		v := keyView(k, now)
+		v.Token = k.Token
+		return respond(http.StatusCreated, v, nil), nil
+	})
+}
+
+// Complete handles POST /keys/{key}/complete: the holder stores the response
+// every later claim replays. Completing again with the same token answers
+// the same; a token that lost its lease gets 409 lease_lost.
+func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteKeyComplete, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		name, err := pathKey(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := readRequestUpTo(&ev, false, MaxKeyBodyBytes)
+		if err != nil {
+			return fail(err)
+		}
+		var req idemkey.CompleteRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		if err := idemkey.ValidateComplete(&req); err != nil {
+			return fail(err)
+		}
+		// Stored compact: the replay is the same value, not the same bytes.
+		resp := append(jsontext.Value(nil), req.Response...)
+		if err := resp.Compact(); err != nil {
+			return fail(&action.InvalidError{Field: "response", Message: "is not valid JSON"})
+		}
+		k, err := a.store.CompleteKey(ctx, name, req.Token, resp, a.Now())
+		return a.keyAnswer(err, k, c, "completed", r)
+	})
+}
+
+// Release handles POST /keys/{key}/release: the holder gives up after a
+// failure; the key is claimable again at once and its failure count grows.
+func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteKeyRelease, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		name, err := pathKey(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := readRequest(&ev, false)
+		if err != nil {
+			return fail(err)
+		}
+		var req idemkey.ReleaseRequest
+		if err := r.decode(&req); err != nil {
+			return fail(err)
+		}
+		if err := idemkey.ValidateRelease(&req); err != nil {
+			return fail(err)
+		}
+		k, err := a.store.ReleaseKey(ctx, name, req.Token, req.Error, a.Now())
+		return a.keyAnswer(err, k, c, "released", r)
+	})
+}
+
+// keyAnswer renders the 200 of a holder's complete or release, first time
+// or replayed.
+func (a *API) keyAnswer(err error, k *idemkey.Key, c *call, outcome string, r *request) (events.APIGatewayV2HTTPResponse, error) {
+	var replay *idemkey.Replay
+	var headers map[string]string
+	switch {
+	case errors.As(err, &replay):
+		k, headers, outcome = replay.Key, map[string]string{HeaderReplayed: "true"}, "replayed"
+	case err != nil:
+		return fail(err)
+	}
+	c.outcome = outcome
+	return respond(http.StatusOK, keyView(k, a.Now()), headers), nil
+}
+
+// GetKey handles GET /keys/{key}: state, counts and times; never the token,
+// the fingerprint or the stored response.
+func (a *API) GetKey(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteKeyGet, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		name, err := pathKey(&ev, c)
+		if err != nil {
+			return fail(err)
+		}
+		now := a.Now()
+		k, err := a.store.GetKey(ctx, name, now)
+		if err != nil {
+			return fail(err)
+		}
+		c.outcome = "ok"
+		return respond(http.StatusOK, keyView(k, now), nil), nil
+	})
+}
+
+// pathKey reads and checks the {key} path parameter. The log gets a short
+// hash of it, as of an Idempotency-Key header: a key may carry meaning.
+func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
+	name := ev.PathParameters["key"]
+	if err := idemkey.ValidateName(name); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(name))
+	c.keyHash = hex.EncodeToString(sum[:6])
+	return name, nil
+}
+
+// keyErrorBody is the error JSON of the key routes.
+type keyErrorBody struct {
+	Error          idemkey.Code `json:"error"`
+	Message        string       `json:"message"`
+	LeaseExpiresAt string       `json:"leaseExpiresAt,omitempty"`
+	CompletedAt    string       `json:"completedAt,omitempty"`
+	RequestID      string       `json:"requestId"`
+}
+
+var keyStatus = map[idemkey.Code]int{
+	idemkey.CodeNotFound:            http.StatusNotFound,
+	idemkey.CodeFingerprintMismatch: http.StatusUnprocessableEntity,
+	idemkey.CodeInProgress:          http.StatusConflict,
+	idemkey.CodeLeaseLost:           http.StatusConflict,
+	idemkey.CodeCompleted:           http.StatusConflict,
+}
+
+var keyMessages = map[idemkey.Code]string{
+	idemkey.CodeNotFound:            "no idempotency key has this name",
+	idemkey.CodeFingerprintMismatch: "this key was claimed with a different fingerprint: a reused key with other parameters",
+	idemkey.CodeInProgress:          "another holder's lease on this key is running; retry after the given delay",
+	idemkey.CodeLeaseLost:           "this token no longer holds the key: its lease lapsed and another caller took it, or it was released",
+	idemkey.CodeCompleted:           "the key is completed; it can no longer be released",
+}
+
+// keyRejection renders a refused key operation with its context; 409
+// in_progress says when to retry (Retry-After, whole seconds, at least 1).
+func keyRejection(r *idemkey.Rejection, requestID string, now time.Time) events.APIGatewayV2HTTPResponse {
+	body := keyErrorBody{Error: r.Code, Message: keyMessages[r.Code], RequestID: requestID}
+	var headers map[string]string
+	if k := r.Key; k != nil {
+		switch r.Code {
+		case idemkey.CodeInProgress:
+			body.LeaseExpiresAt = optTime(k.LeaseExpiresAt)
+			wait := int(math.Ceil(k.LeaseExpiresAt.Sub(now).Seconds()))
+			headers = map[string]string{"Retry-After": strconv.Itoa(max(wait, 1))}
+		case idemkey.CodeCompleted:
+			body.CompletedAt = optTime(k.CompletedAt)
+		}
+	}
+	return respond(keyStatus[r.Code], body, headers)
+}

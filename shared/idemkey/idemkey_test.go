@@ -1,0 +1,131 @@
+package idemkey
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/exactonce/exactonce/shared/action"
+)
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func held(mut func(*Key)) *Key {
+	k := &Key{Name: "k", Fingerprint: "f", Token: "t1", LeaseExpiresAt: now.Add(time.Minute), Claim: action.Write{Key: "ik", RequestID: "r1"}}
+	if mut != nil {
+		mut(k)
+	}
+	return k
+}
+
+// outcome names what a classification returned.
+func outcome(err error) string {
+	var rej *Rejection
+	var rep *Replay
+	switch {
+	case errors.As(err, &rej):
+		return string(rej.Code)
+	case errors.As(err, &rep):
+		return "replay"
+	}
+	return "?"
+}
+
+func TestClassifyClaim(t *testing.T) {
+	completed := func(k *Key) { k.CompletedAt = now.Add(-time.Second) }
+	for _, c := range []struct {
+		name string
+		old  *Key
+		at   ClaimAttempt
+		want string
+	}{
+		{"other fingerprint while held", held(nil), ClaimAttempt{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
+		{"other fingerprint once completed", held(completed), ClaimAttempt{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
+		{"completed replays", held(completed), ClaimAttempt{Now: now, Fingerprint: "f"}, "replay"},
+		{"held by another", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "other", RequestID: "r2"}}, "in_progress"},
+		{"held, no key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r2"}}, "in_progress"},
+		{"own claim by key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}}, "replay"},
+		{"own claim by SDK retry", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}}, "replay"},
+		{"claimable yet refused is a bug", held(func(k *Key) { k.Token = "" }), ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
+		{"nothing there is a bug", nil, ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
+	} {
+		if got := outcome(ClassifyClaim(c.old, c.at)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+func TestClassifyCompleteAndRelease(t *testing.T) {
+	completed := held(func(k *Key) { k.CompletedAt = now })
+	released := held(func(k *Key) { k.Token, k.ReleasedToken = "", "t1" })
+	takenOver := held(func(k *Key) { k.Token = "t2" })
+	for _, c := range []struct {
+		name     string
+		old      *Key
+		token    string
+		complete string
+		release  string
+	}{
+		{"missing", nil, "t1", "key_not_found", "key_not_found"},
+		{"completed by this token", completed, "t1", "replay", "key_completed"},
+		{"completed by another", completed, "t0", "lease_lost", "key_completed"},
+		{"released by this token", released, "t1", "lease_lost", "replay"},
+		{"taken over", takenOver, "t1", "lease_lost", "lease_lost"},
+	} {
+		if got := outcome(ClassifyComplete(c.old, c.token)); got != c.complete {
+			t.Errorf("complete %s: %s, want %s", c.name, got, c.complete)
+		}
+		if got := outcome(ClassifyRelease(c.old, c.token)); got != c.release {
+			t.Errorf("release %s: %s, want %s", c.name, got, c.release)
+		}
+	}
+}
+
+func TestStateAt(t *testing.T) {
+	for _, c := range []struct {
+		k    *Key
+		want State
+	}{
+		{held(nil), StateInProgress},
+		{held(func(k *Key) { k.LeaseExpiresAt = now }), StateLeaseExpired},
+		{held(func(k *Key) { k.Token = "" }), StateFailed},
+		{held(func(k *Key) { k.CompletedAt = now }), StateCompleted},
+	} {
+		if got := c.k.StateAt(now); got != c.want {
+			t.Errorf("%+v: %s, want %s", c.k, got, c.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	five, zero := 5, 0
+	for _, c := range []struct {
+		name  string
+		err   error
+		field string
+	}{
+		{"key ok", ValidateName("order-1:pay~2"), ""},
+		{"key slash", ValidateName("a/b"), "key"},
+		{"key empty", ValidateName(""), "key"},
+		{"claim ok", second(ValidateClaim(&ClaimRequest{Fingerprint: "f", LeaseSeconds: &five})), ""},
+		{"claim lease 0", second(ValidateClaim(&ClaimRequest{Fingerprint: "f", LeaseSeconds: &zero})), "leaseSeconds"},
+		{"claim no fingerprint", second(ValidateClaim(&ClaimRequest{})), "fingerprint"},
+		{"complete no token", ValidateComplete(&CompleteRequest{Response: []byte("1")}), "token"},
+		{"complete no response", ValidateComplete(&CompleteRequest{Token: NewToken()}), "response"},
+		{"release ok", ValidateRelease(&ReleaseRequest{Token: NewToken(), Error: "declined"}), ""},
+		{"release bad token", ValidateRelease(&ReleaseRequest{Token: "zz"}), "token"},
+	} {
+		var inv *action.InvalidError
+		switch {
+		case c.field == "" && c.err != nil:
+			t.Errorf("%s: %v", c.name, c.err)
+		case c.field != "" && (!errors.As(c.err, &inv) || inv.Field != c.field):
+			t.Errorf("%s: %v, want an error on %s", c.name, c.err, c.field)
+		}
+	}
+	if d, _ := ValidateClaim(&ClaimRequest{Fingerprint: "f"}); d != DefaultLeaseSeconds*time.Second {
+		t.Errorf("default lease %v", d)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
