@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Action is an action as the API shows it.
+type Action struct {
+	ActionID             string            `json:"actionId"`
+	UserID               string            `json:"userId"`
+	Kind                 string            `json:"kind,omitempty"`
+	State                string            `json:"state"` // pending, active, consumed, expired
+	ActiveAt             time.Time         `json:"activeAt"`
+	ExpiresAt            time.Time         `json:"expiresAt"`
+	CreatedAt            time.Time         `json:"createdAt"`
+	ConsumedAt           *time.Time        `json:"consumedAt,omitempty"`
+	ConsumedReason       string            `json:"consumedReason,omitempty"`
+	CanceledAt           *time.Time        `json:"canceledAt,omitempty"`
+	CancelReason         string            `json:"cancelReason,omitempty"`
+	ExpiredAt            *time.Time        `json:"expiredAt,omitempty"`
+	Metadata             map[string]string `json:"metadata,omitempty"`
+	PINProtected         bool              `json:"pinProtected"`
+	PINAttemptsRemaining *int              `json:"pinAttemptsRemaining,omitempty"`
+	LockedAt             *time.Time        `json:"lockedAt,omitempty"`
+	// Payload is revealed only by a successful consume (and its replay).
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Replayed is set when the answer is the stored answer of an earlier
+	// attempt of the same call (header Idempotent-Replayed).
+	Replayed bool `json:"-"`
+}
+
+// CreateInput is the body of POST /actions. Zero times mean the defaults
+// (active now, expiring 24 h after activeAt).
+type CreateInput struct {
+	ActionID       string            `json:"actionId,omitempty"`
+	UserID         string            `json:"userId"`
+	Kind           string            `json:"kind,omitempty"`
+	ActiveAt       *time.Time        `json:"activeAt,omitempty"`
+	ExpiresAt      *time.Time        `json:"expiresAt,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	PIN            string            `json:"pin,omitempty"`
+	MaxPINAttempts int               `json:"maxPinAttempts,omitempty"`
+	Payload        any               `json:"payload,omitempty"`
+}
+
+// ConsumeInput is the body of POST /actions/{id}/consume.
+type ConsumeInput struct {
+	Reason string `json:"reason,omitempty"`
+	PIN    string `json:"pin,omitempty"`
+}
+
+// CreateAction creates an action (201). Without ActionID the server derives
+// the id from the call's Idempotency-Key, so a retried create still creates
+// one action.
+func (c *Client) CreateAction(ctx context.Context, in CreateInput) (*Action, error) {
+	return c.action(ctx, "/actions", in)
+}
+
+// GetAction reads an action (never its payload).
+func (c *Client) GetAction(ctx context.Context, id string) (*Action, error) {
+	var a Action
+	if _, err := c.do(ctx, get("/actions/"+seg(id)), &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Consume consumes an action exactly once. A retry after a lost answer gets
+// the same 200 (Replayed set), not ErrAlreadyUsed.
+func (c *Client) Consume(ctx context.Context, id string, in ConsumeInput) (*Action, error) {
+	return c.action(ctx, "/actions/"+seg(id)+"/consume", in)
+}
+
+// Cancel cancels an open action; canceling again answers the first
+// cancellation.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*Action, error) {
+	return c.action(ctx, "/actions/"+seg(id)+"/cancel", struct {
+		Reason string `json:"reason,omitempty"`
+	}{reason})
+}
+
+func (c *Client) action(ctx context.Context, path string, in any) (*Action, error) {
+	cl, err := post(path, in)
+	if err != nil {
+		return nil, err
+	}
+	var a Action
+	r, err := c.do(ctx, cl, &a)
+	if err != nil {
+		return nil, err
+	}
+	a.Replayed = r.replayed
+	return &a, nil
+}

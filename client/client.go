@@ -1,0 +1,259 @@
+// Package client is the Go client of the ExactOnce HTTP API: typed calls for
+// every route, errors that errors.Is understands, and retries that are safe
+// because every logical call carries one Idempotency-Key on all its attempts.
+//
+//	c := client.New("https://abc123.execute-api.eu-west-1.amazonaws.com", client.WithSigV4(awsCfg))
+//	a, err := c.Consume(ctx, "coupon-42", client.ConsumeInput{Reason: "checkout 981"})
+//	if errors.Is(err, client.ErrAlreadyUsed) { ... }
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+)
+
+// Client calls one ExactOnce deployment. It is safe for concurrent use.
+type Client struct {
+	base   string
+	http   *http.Client
+	retry  Retry
+	signer *sigV4
+}
+
+// Retry is the retry policy: capped exponential backoff with full jitter
+// (a random wait up to min(MaxDelay, BaseDelay·2^attempt)), or the server's
+// Retry-After when it gives one.
+type Retry struct {
+	MaxAttempts int           // attempts per call, the first included (default 5)
+	BaseDelay   time.Duration // default 100 ms
+	MaxDelay    time.Duration // default 5 s
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: a client with a 30 s timeout).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithRetry sets the retry policy; zero fields keep their defaults.
+func WithRetry(r Retry) Option {
+	return func(c *Client) {
+		if r.MaxAttempts > 0 {
+			c.retry.MaxAttempts = r.MaxAttempts
+		}
+		if r.BaseDelay > 0 {
+			c.retry.BaseDelay = r.BaseDelay
+		}
+		if r.MaxDelay > 0 {
+			c.retry.MaxDelay = r.MaxDelay
+		}
+	}
+}
+
+// WithSigV4 signs every request for API Gateway's IAM authorization
+// (service execute-api) with cfg's credentials and region, e.g. from
+// config.LoadDefaultConfig (the default credential chain).
+func WithSigV4(cfg aws.Config) Option {
+	return func(c *Client) { c.signer = &sigV4{creds: cfg.Credentials, region: cfg.Region, signer: v4.NewSigner()} }
+}
+
+// New returns a client for the API at baseURL (the stack's ApiUrl output, or
+// http://127.0.0.1:8080 for `make run`).
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{
+		base:  trimSlash(baseURL),
+		http:  &http.Client{Timeout: 30 * time.Second},
+		retry: Retry{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// NewIdempotencyKey returns a random key (128 bits, hex) for one logical call.
+func NewIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// call is one logical call: the same method, path, body and Idempotency-Key
+// on every attempt.
+type call struct {
+	method, path string
+	body         []byte
+	key          string // "" for GET
+}
+
+// response is a decoded answer.
+type response struct {
+	status   int
+	header   http.Header
+	body     []byte
+	replayed bool
+}
+
+// do runs a call with retries and decodes a 2xx body into out; any other
+// answer becomes an *Error.
+func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
+	var last error
+	for attempt := 0; attempt < c.retry.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, c.backoff(attempt, last)); err != nil {
+				return nil, err
+			}
+		}
+		r, err := c.once(ctx, cl)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			last = &networkError{err}
+			continue // the request may or may not have been applied: the key makes the retry safe
+		}
+		if r.status >= 200 && r.status < 300 {
+			if out != nil {
+				if err := json.Unmarshal(r.body, out); err != nil {
+					return r, fmt.Errorf("exactonce: decoding a %d answer: %w", r.status, err)
+				}
+			}
+			return r, nil
+		}
+		apiErr := decodeError(r)
+		if !retryable(r.status) {
+			return r, apiErr
+		}
+		last = apiErr
+	}
+	return nil, last
+}
+
+// once sends one attempt.
+func (c *Client) once(ctx context.Context, cl call) (*response, error) {
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, c.base+cl.path, body)
+	if err != nil {
+		return nil, err
+	}
+	if cl.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cl.key != "" {
+		req.Header.Set("Idempotency-Key", cl.key)
+	}
+	if c.signer != nil {
+		if err := c.signer.sign(ctx, req, cl.body); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// retryable: throttling and server-side faults; never another 4xx, which is
+// an outcome that a retry would only repeat.
+func retryable(status int) bool {
+	return status == http.StatusTooManyRequests || status >= 500
+}
+
+// backoff is the wait before attempt (1, 2, …): the server's Retry-After if
+// the last answer had one, else full jitter under the capped exponential.
+func (c *Client) backoff(attempt int, last error) time.Duration {
+	var e *Error
+	if errors.As(last, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter
+	}
+	ceiling := c.retry.MaxDelay
+	if shift := attempt - 1; shift < 30 {
+		ceiling = min(c.retry.MaxDelay, c.retry.BaseDelay<<shift)
+	}
+	n, _ := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1))
+	return time.Duration(n.Int64())
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// post is a POST with a JSON body and a fresh Idempotency-Key for the
+// logical call.
+func post(path string, in any) (call, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return call{}, err
+	}
+	return call{method: http.MethodPost, path: path, body: b, key: NewIdempotencyKey()}, nil
+}
+
+func get(path string) call { return call{method: http.MethodGet, path: path} }
+
+func seg(s string) string { return url.PathEscape(s) }
+
+func trimSlash(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// sigV4 signs requests for API Gateway's IAM authorization.
+type sigV4 struct {
+	creds  aws.CredentialsProvider
+	region string
+	signer *v4.Signer
+}
+
+func (s *sigV4) sign(ctx context.Context, req *http.Request, body []byte) error {
+	if s.creds == nil {
+		return errors.New("exactonce: SigV4 needs credentials (aws.Config.Credentials)")
+	}
+	creds, err := s.creds.Retrieve(ctx)
+	if err != nil {
+		return fmt.Errorf("exactonce: credentials: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return s.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", s.region, time.Now())
+}
+
+// retryAfter parses a Retry-After header given in seconds.
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}

@@ -1,0 +1,100 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Error is an answer other than success: the API's error code and message
+// with the context it gives (the first consumedAt, attempts left, …).
+// errors.Is(err, ErrAlreadyUsed) and friends match it by code.
+type Error struct {
+	Status            int        `json:"-"`
+	Code              string     `json:"error"`
+	Message           string     `json:"message"`
+	Field             string     `json:"field,omitempty"`
+	ConsumedAt        *time.Time `json:"consumedAt,omitempty"`
+	CanceledAt        *time.Time `json:"canceledAt,omitempty"`
+	ExpiresAt         *time.Time `json:"expiresAt,omitempty"`
+	ActiveAt          *time.Time `json:"activeAt,omitempty"`
+	LockedAt          *time.Time `json:"lockedAt,omitempty"`
+	AttemptsRemaining *int       `json:"attemptsRemaining,omitempty"`
+	LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
+	CompletedAt       *time.Time `json:"completedAt,omitempty"`
+	RequestID         string     `json:"requestId,omitempty"`
+	// RetryAfter is the server's Retry-After (503, 429, 409 in_progress).
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("exactonce: %d %s: %s (field %s)", e.Status, e.Code, e.Message, e.Field)
+	}
+	return fmt.Sprintf("exactonce: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Is matches the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(*sentinel)
+	return ok && s.matches(e.Code)
+}
+
+// sentinel is an error code to match with errors.Is.
+type sentinel struct{ codes []string }
+
+func (s *sentinel) Error() string { return "exactonce: " + s.codes[0] }
+
+func (s *sentinel) matches(code string) bool {
+	for _, c := range s.codes {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+// Sentinels for errors.Is, one per error code of the API.
+var (
+	ErrInvalidRequest      error = &sentinel{[]string{"invalid_request"}}
+	ErrTooLarge            error = &sentinel{[]string{"request_too_large"}}
+	ErrNotFound            error = &sentinel{[]string{"action_not_found", "key_not_found"}}
+	ErrExists              error = &sentinel{[]string{"action_exists"}}
+	ErrAlreadyUsed         error = &sentinel{[]string{"already_used"}}
+	ErrCanceled            error = &sentinel{[]string{"canceled"}}
+	ErrExpired             error = &sentinel{[]string{"expired"}}
+	ErrNotActive           error = &sentinel{[]string{"not_active"}}
+	ErrInvalidPIN          error = &sentinel{[]string{"invalid_pin"}}
+	ErrLocked              error = &sentinel{[]string{"locked"}}
+	ErrKeyReused           error = &sentinel{[]string{"idempotency_key_reused"}}
+	ErrFingerprintMismatch error = &sentinel{[]string{"fingerprint_mismatch"}}
+	ErrInProgress          error = &sentinel{[]string{"in_progress"}}
+	ErrLeaseLost           error = &sentinel{[]string{"lease_lost"}}
+	ErrKeyCompleted        error = &sentinel{[]string{"key_completed"}}
+	ErrUnavailable         error = &sentinel{[]string{"unavailable"}}
+)
+
+// networkError is a request that got no answer (its effect is unknown).
+type networkError struct{ err error }
+
+func (e *networkError) Error() string { return "exactonce: no answer: " + e.err.Error() }
+func (e *networkError) Unwrap() error { return e.err }
+
+// decodeError builds the *Error of a non-2xx answer; a body that is not the
+// API's error JSON (a gateway's own 5xx) keeps its status.
+func decodeError(r *response) *Error {
+	e := &Error{}
+	if err := json.Unmarshal(r.body, e); err != nil || e.Code == "" {
+		e = &Error{Code: fmt.Sprintf("http_%d", r.status), Message: string(truncate(r.body, 200))}
+	}
+	e.Status = r.status
+	e.RetryAfter = retryAfter(r.header)
+	return e
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

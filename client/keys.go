@@ -1,0 +1,129 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Key is an idempotency key as the /keys routes show it.
+type Key struct {
+	Key   string `json:"key"`
+	State string `json:"state"` // in_progress, completed, failed, lease_expired
+	// Token is the fencing token, only in the answer to a granted claim.
+	Token          string     `json:"token,omitempty"`
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
+	Attempts       int        `json:"attempts"`
+	Failures       int        `json:"failures"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	ClaimedAt      *time.Time `json:"claimedAt,omitempty"`
+	CompletedAt    *time.Time `json:"completedAt,omitempty"`
+	ReleasedAt     *time.Time `json:"releasedAt,omitempty"`
+	LastError      string     `json:"lastError,omitempty"`
+	// Response is the stored response, in a claim of a completed key.
+	Response json.RawMessage `json:"response,omitempty"`
+	Replayed bool            `json:"-"`
+}
+
+// Claim claims key for a side effect identified by fingerprint (e.g. a
+// hash of its parameters) for lease (0: the server's default, 60 s). A
+// granted claim has State "in_progress" and a Token; a completed key answers
+// with State "completed" and its Response. ErrInProgress (with RetryAfter)
+// while another holder's lease runs; ErrFingerprintMismatch for a key reused
+// with other parameters.
+func (c *Client) Claim(ctx context.Context, key, fingerprint string, lease time.Duration) (*Key, error) {
+	in := struct {
+		Fingerprint  string `json:"fingerprint"`
+		LeaseSeconds int    `json:"leaseSeconds,omitempty"`
+	}{fingerprint, int(lease.Round(time.Second) / time.Second)}
+	return c.key(ctx, "/keys/"+seg(key)+"/claim", in)
+}
+
+// Complete stores the holder's response; every later claim replays it.
+// ErrLeaseLost when the token no longer holds the key.
+func (c *Client) Complete(ctx context.Context, key, token string, response any) (*Key, error) {
+	b, err := json.Marshal(response)
+	if err != nil {
+		return nil, err
+	}
+	return c.key(ctx, "/keys/"+seg(key)+"/complete", struct {
+		Token    string          `json:"token"`
+		Response json.RawMessage `json:"response"`
+	}{token, b})
+}
+
+// Release gives the key up after a failure: it is claimable again at once.
+func (c *Client) Release(ctx context.Context, key, token, reason string) (*Key, error) {
+	return c.key(ctx, "/keys/"+seg(key)+"/release", struct {
+		Token string `json:"token"`
+		Error string `json:"error,omitempty"`
+	}{token, reason})
+}
+
+// GetKey reads a key's state, counts and times (never its token or response).
+func (c *Client) GetKey(ctx context.Context, key string) (*Key, error) {
+	var k Key
+	if _, err := c.do(ctx, get("/keys/"+seg(key)), &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+func (c *Client) key(ctx context.Context, path string, in any) (*Key, error) {
+	cl, err := post(path, in)
+	if err != nil {
+		return nil, err
+	}
+	var k Key
+	r, err := c.do(ctx, cl, &k)
+	if err != nil {
+		return nil, err
+	}
+	k.Replayed = r.replayed
+	return &k, nil
+}
+
+// Do runs fn at most once per key across every caller and retry — the
+// idempotency decorator of the seeds as a function: claim the key; if it
+// is completed, return the stored response; if another caller holds it,
+// wait (Retry-After) and claim again; once granted, run fn, then complete
+// the key with fn's result, or release it with fn's error (and return that
+// error) so a later call may try again. The result is fn's value as JSON.
+//
+// The lease must outlast fn: if it lapses, another caller may take over and
+// this caller's complete fails with ErrLeaseLost (fn's effect then happened,
+// and the other caller's may too; keep fn itself idempotent or the lease long).
+func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Duration, fn func(context.Context) (any, error)) (json.RawMessage, error) {
+	for {
+		k, err := c.Claim(ctx, key, fingerprint, lease)
+		var busy *Error
+		switch {
+		case errors.As(err, &busy) && errors.Is(err, ErrInProgress):
+			wait := busy.RetryAfter
+			if wait <= 0 {
+				wait = time.Second
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+			continue
+		case err != nil:
+			return nil, err
+		case k.State == "completed":
+			return k.Response, nil
+		}
+		v, fnErr := fn(ctx)
+		if fnErr != nil {
+			if _, err := c.Release(ctx, key, k.Token, fnErr.Error()); err != nil {
+				return nil, errors.Join(fnErr, fmt.Errorf("exactonce: release: %w", err))
+			}
+			return nil, fnErr
+		}
+		if _, err := c.Complete(ctx, key, k.Token, v); err != nil {
+			return nil, fmt.Errorf("exactonce: complete: %w", err)
+		}
+		return json.Marshal(v)
+	}
+}
