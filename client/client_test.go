@@ -118,11 +118,16 @@ func TestTypedErrors(t *testing.T) {
 		{"not active", func() error { _, err := c.Consume(ctx, "later", client.ConsumeInput{}); return err }, client.ErrNotActive,
 			func(e *client.Error) bool { return e.ActiveAt != nil && e.ActiveAt.Sub(later).Abs() < time.Millisecond }},
 		{"invalid PIN", func() error { _, err := c.Consume(ctx, "pin", client.ConsumeInput{PIN: "0000"}); return err }, client.ErrInvalidPIN,
-			func(e *client.Error) bool { return e.Status == 403 && e.AttemptsRemaining != nil && *e.AttemptsRemaining == 1 }},
+			func(e *client.Error) bool {
+				return e.Status == 403 && e.AttemptsRemaining != nil && *e.AttemptsRemaining == 1
+			}},
 		{"locking PIN", func() error { _, err := c.Consume(ctx, "pin", client.ConsumeInput{PIN: "1111"}); return err }, client.ErrInvalidPIN, nil},
 		{"locked", func() error { _, err := c.Consume(ctx, "pin", client.ConsumeInput{PIN: "2468"}); return err }, client.ErrLocked,
 			func(e *client.Error) bool { return e.Status == 423 && e.LockedAt != nil }},
-		{"exists", func() error { _, err := c.CreateAction(ctx, client.CreateInput{ActionID: "used", UserID: "u"}); return err }, client.ErrExists, nil},
+		{"exists", func() error {
+			_, err := c.CreateAction(ctx, client.CreateInput{ActionID: "used", UserID: "u"})
+			return err
+		}, client.ErrExists, nil},
 		{"invalid request", func() error { _, err := c.CreateAction(ctx, client.CreateInput{UserID: ""}); return err }, client.ErrInvalidRequest,
 			func(e *client.Error) bool { return e.Field == "userId" }},
 		{"key in progress", func() error { _, err := c.Claim(ctx, "held", "f", 0); return err }, client.ErrInProgress,
