@@ -22,6 +22,7 @@ import (
 	"github.com/exactonce/exactonce/local/streams"
 	"github.com/exactonce/exactonce/shared/publish"
 
+	openapi "github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
@@ -110,6 +111,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	for route, h := range api.Routes() {
 		mux.Route(route, gateway.Handler(h))
 	}
+	mux.Handle("GET /openapi.yaml", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(openapi.OpenAPI)
+	}))
 	mux.Handle("GET /_local/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		totals := metrics.Totals()
