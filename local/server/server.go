@@ -50,6 +50,9 @@ type Options struct {
 	Events bool
 	// EventLog receives one JSON line per published event (default os.Stdout).
 	EventLog io.Writer
+	// EventBridgeVia, when set, maps the local bus's URL to the endpoint the
+	// publisher calls, e.g. a fault-injecting proxy in front of it.
+	EventBridgeVia func(busURL string) string
 	// SweepEvery runs the expiry sweeper at this interval (0: not at all).
 	SweepEvery time.Duration
 	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
@@ -162,7 +165,11 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	ebCfg := config.Local(bus.URL)
+	endpoint := bus.URL
+	if o.EventBridgeVia != nil {
+		endpoint = o.EventBridgeVia(bus.URL)
+	}
+	ebCfg := config.Local(endpoint)
 	pub := publish.New(eventbridge.NewFromConfig(ebCfg), "exactonce-local", "exactonce", o.Log)
 	pub.Metrics = s.Metrics
 	reader := &streams.Reader{

@@ -1,0 +1,167 @@
+// Package faults is a fault-injecting HTTP proxy for AWS JSON APIs
+// (DynamoDB, EventBridge) on loopback: in front of DynamoDB Local or the
+// local bus it answers some requests with throttling or a 500 without
+// forwarding them, and forwards others but drops the connection instead of
+// returning the answer, so the caller cannot know the write was applied.
+package faults
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Rates are the probabilities, per request, of each fault.
+type Rates struct {
+	Throttle    float64 // 400 ThrottlingException, not forwarded
+	ServerError float64 // 500 InternalServerError, not forwarded
+	DropAfter   float64 // forwarded, then the connection is closed unanswered
+}
+
+// Counts are the faults injected so far.
+type Counts struct {
+	Requests, Throttled, ServerErrors, Dropped int64
+}
+
+// Proxy forwards to Target, injecting faults into requests whose
+// X-Amz-Target matches one of Operations (all when empty).
+type Proxy struct {
+	Target     string   // e.g. http://127.0.0.1:8000
+	Operations []string // X-Amz-Target suffixes, e.g. "UpdateItem"
+	Rates      Rates
+
+	mu     sync.Mutex
+	rnd    *rand.Rand
+	counts struct{ requests, throttled, serverErrors, dropped atomic.Int64 }
+	client *http.Client
+	srv    *http.Server
+	// URL is the proxy's endpoint.
+	URL string
+}
+
+// Start serves the proxy on a free loopback port; seed makes the fault
+// sequence repeatable for a given request order.
+func Start(target string, rates Rates, seed uint64, operations ...string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Target: strings.TrimSuffix(target, "/"), Operations: operations, Rates: rates,
+		rnd:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
+		URL:    "http://" + ln.Addr().String()}
+	p.srv = &http.Server{Handler: p}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// Close stops the proxy.
+func (p *Proxy) Close() { _ = p.srv.Close() }
+
+// Counts returns the faults injected so far.
+func (p *Proxy) Counts() Counts {
+	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
+		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load()}
+}
+
+func (p *Proxy) String() string {
+	c := p.Counts()
+	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding", c.Requests, c.Throttled, c.ServerErrors, c.Dropped)
+}
+
+type fault int
+
+const (
+	none fault = iota
+	throttle
+	serverError
+	dropAfter
+)
+
+func (p *Proxy) pick(r *http.Request) fault {
+	if len(p.Operations) > 0 {
+		target, match := r.Header.Get("X-Amz-Target"), false
+		for _, op := range p.Operations {
+			match = match || strings.HasSuffix(target, "."+op)
+		}
+		if !match {
+			return none
+		}
+	}
+	p.counts.requests.Add(1)
+	p.mu.Lock()
+	x := p.rnd.Float64()
+	p.mu.Unlock()
+	switch rt := p.Rates; {
+	case x < rt.Throttle:
+		return throttle
+	case x < rt.Throttle+rt.ServerError:
+		return serverError
+	case x < rt.Throttle+rt.ServerError+rt.DropAfter:
+		return dropAfter
+	}
+	return none
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	f := p.pick(r)
+	switch f {
+	case throttle:
+		p.counts.throttled.Add(1)
+		awsError(w, http.StatusBadRequest, "com.amazonaws.dynamodb.v20120810#ThrottlingException", "Rate of requests exceeds the allowed throughput.")
+		return
+	case serverError:
+		p.counts.serverErrors.Add(1)
+		awsError(w, http.StatusInternalServerError, "com.amazonaws.dynamodb.v20120810#InternalServerError", "Internal server error")
+		return
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.Target+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	out.Header = r.Header.Clone()
+	resp, err := p.client.Do(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	if f == dropAfter {
+		p.counts.dropped.Add(1)
+		// The target has acted; the caller never hears of it.
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(answer)
+}
+
+func awsError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"__type":%q,"message":%q}`, typ, msg)
+}
