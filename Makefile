@@ -35,8 +35,10 @@ test: $(TOOLS) ## run every test (unit, integration against DynamoDB Local, race
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 	go test $(GOTEST_FLAGS) ./infra
 
-bench: $(TOOLS) ## run the benchmarks (bench/: cold start and warm consume, traced and not)
-	go test -run '^$$' -bench . -benchtime $${BENCHTIME:-200x} -count 1 ./bench
+bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bench/results/
+	EXACTONCE_BENCH_OUT=$(CURDIR)/bench/results EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
+	  go test -count=1 -timeout 15m -v -run '^TestReport$$' -bench . -benchtime $${BENCHTIME:-200x} ./bench | grep -v '^=== RUN'
+	@echo "written: bench/results/latest.md, bench/results/latest.json"
 
 build: ## build every Lambda as dist/<name>.zip (arm64, provided.al2023)
 	@mkdir -p dist

@@ -107,6 +107,9 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			bodies[x.method+" "+x.path] = string(raw)
+			if !x.badRequest && resp.StatusCode == http.StatusBadRequest {
+				t.Errorf("%s %s %s: unexpected 400 %s", x.method, x.path, x.body, raw)
+			}
 
 			// The validator reads both bodies again.
 			vreq, _ := http.NewRequest(x.method, "http://127.0.0.1:8080"+x.path, strings.NewReader(x.body))
@@ -136,7 +139,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 	}
 
 	env := testkit.NewEnv(t)
-	later := `"activeAt":"2099-01-01T00:00:00Z","expiresAt":"2099-01-02T00:00:00Z"`
+	later := `"activeAt":"` + time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339) + `","expiresAt":"` + time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `"`
 	big := `{"userId":"u","kind":"` + strings.Repeat("x", 70<<10) + `"}`
 	bigKey := `{"token":"` + strings.Repeat("a", 32) + `","response":"` + strings.Repeat("x", 70<<10) + `"}`
 	run(env, []exchange{

@@ -101,7 +101,7 @@ func TestLoadWithFaults(t *testing.T) {
 	rand.Shuffle(len(work), func(i, j int) { work[i], work[j] = work[j], work[i] })
 	type outcome struct {
 		ok, replayed, used int
-		other            []error
+		other              []error
 	}
 	var mu sync.Mutex
 	got := map[string]*outcome{}
