@@ -127,6 +127,7 @@ func TestLoadWithFaults(t *testing.T) {
 		}
 	})
 	consumed := time.Since(consumeStart)
+	consumeEnd := time.Now()
 
 	replays := 0
 	for id, o := range got {
@@ -157,6 +158,7 @@ func TestLoadWithFaults(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	eventsLag := time.Since(consumeEnd)
 	duplicates := 0
 	for _, id := range ids {
 		evs := ids1[id]
@@ -182,7 +184,8 @@ func TestLoadWithFaults(t *testing.T) {
 		actions, workers, created.Round(time.Millisecond), len(work), consumed.Round(time.Millisecond), float64(len(work))/consumed.Seconds(),
 		retried, maxAttempts, replays)
 	t.Logf("DynamoDB proxy: %s", dbProxy)
-	t.Logf("EventBridge proxy: %s; %d duplicate deliveries of an event id", ebProxy, duplicates)
+	t.Logf("EventBridge proxy: %s; %d duplicate deliveries of an event id; all events in %v after the last consume",
+		ebProxy, duplicates, eventsLag.Round(time.Millisecond))
 	if c := dbProxy.Counts(); c.Dropped == 0 || c.Throttled == 0 || c.ServerErrors == 0 {
 		t.Errorf("the DynamoDB faults did not all happen: %s", dbProxy)
 	}
