@@ -64,6 +64,17 @@ func TestKeyLifecycle(t *testing.T) {
 	if g := do(t, env, "GET", "/keys/pay-1", ""); g.Str("state") != "completed" || strings.Contains(g.Raw, "ch_1") {
 		t.Fatalf("get after complete: %s", g.Raw)
 	}
+	// The log has one line per call with a hash of the key, never the key,
+	// the token, the fingerprint or the stored response.
+	logs := env.Log.String()
+	for _, secret := range []string{"pay-1", token, "sha256:aa", "ch_1"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("the log holds %q", secret)
+		}
+	}
+	if n := strings.Count(logs, `"keyHash":"`); n != 12 { // every call above
+		t.Fatalf("%d request lines carry keyHash", n)
+	}
 }
 
 // TestKeyRelease: a released key is claimable at once with a new token, the
