@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/lambdaruntime"
-	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/store"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -57,8 +54,8 @@ func setup(tb testing.TB) *lambdaEnv {
 			envErr = err
 			return
 		}
-		table := "bench-lambda"
-		if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(config.Local(testkit.Endpoint)), table); err != nil {
+		vars, err := testkit.LambdaEnv("bench-lambda")
+		if err != nil {
 			envErr = err
 			return
 		}
@@ -76,12 +73,10 @@ func setup(tb testing.TB) *lambdaEnv {
 				}
 			}
 		}()
-		env = &lambdaEnv{dir: dir, vars: []string{
-			"TABLE_NAME=" + table, "EXACTONCE_SECRET_ARN=" + testkit.SecretARN,
-			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
-			"AWS_ENDPOINT_URL_DYNAMODB=" + testkit.Endpoint, "AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.URL,
-			"AWS_XRAY_DAEMON_ADDRESS=" + daemon.LocalAddr().String(),
-		}}
+		env = &lambdaEnv{dir: dir, vars: append(vars,
+			"EXACTONCE_SECRET_ARN="+testkit.SecretARN, "AWS_ENDPOINT_URL_SECRETS_MANAGER="+sm.URL,
+			"AWS_XRAY_DAEMON_ADDRESS="+daemon.LocalAddr().String(),
+		)}
 	})
 	if envErr != nil {
 		tb.Fatal(envErr)

@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/lambdaruntime"
-	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/store"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -24,13 +21,10 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func TestBootstrapsServeTheContract(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	table := "lambdaruntime"
-	if err := store.CreateTable(ctx, dynamodb.NewFromConfig(config.Local(testkit.Endpoint)), table); err != nil {
+	env, err := testkit.LambdaEnv("lambdaruntime")
+	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"TABLE_NAME=" + table, "EXACTONCE_SECRET=lambdaruntime-test-secret-0123456789",
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
-		"AWS_ENDPOINT_URL_DYNAMODB=" + testkit.Endpoint}
 	start := func(name string) *lambdaruntime.Function {
 		bin := filepath.Join(t.TempDir(), name)
 		if err := lambdaruntime.Build("../..", "./functions/"+name, bin); err != nil {

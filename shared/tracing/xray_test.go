@@ -11,13 +11,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-xray-sdk-go/xray"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/shared/app"
-	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/store"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -53,15 +50,12 @@ func TestDynamoDBCallsBecomeSubsegments(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	table := "tracing"
-	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(config.Local(testkit.Endpoint)), table); err != nil {
+	vars, err := testkit.LambdaEnv("tracing")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]string{
-		"TABLE_NAME": table, "EXACTONCE_SECRET": "tracing-test-secret-0123456789abcdef", "EXACTONCE_SECRET_ARN": "",
-		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-		"AWS_ENDPOINT_URL_DYNAMODB": testkit.Endpoint,
-	} {
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	api, err := app.FromEnv(context.Background(), app.Needs{Keys: true})

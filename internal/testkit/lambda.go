@@ -1,11 +1,17 @@
 package testkit
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/store"
 )
 
 // SecretARN is the ARN the fake Secrets Manager knows.
@@ -31,4 +37,19 @@ func FakeSecretsManager(secret string, calls *atomic.Int32) *httptest.Server {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ARN": SecretARN, "Name": "exactonce", "SecretString": secret, "VersionId": "v1"})
 	}))
+}
+
+// LambdaEnv creates table on this test binary's DynamoDB Local and returns
+// the environment (KEY=value) a function's main needs to serve from it: the
+// table, a plain server secret (no Secrets Manager), a region, dummy
+// credentials and the DynamoDB endpoint. Later entries appended to it win.
+func LambdaEnv(table string) ([]string, error) {
+	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(config.Local(Endpoint)), table); err != nil {
+		return nil, err
+	}
+	return []string{
+		"TABLE_NAME=" + table, "EXACTONCE_SECRET=lambda-env-test-secret-0123456789abcdef", "EXACTONCE_SECRET_ARN=",
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
+		"AWS_ENDPOINT_URL_DYNAMODB=" + Endpoint,
+	}, nil
 }
