@@ -64,12 +64,9 @@ func (a *API) Routes() map[string]Handler {
 // Create handles POST /actions.
 func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return a.serve(ctx, RouteCreate, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
-		r, err := readRequest(&ev, false)
-		if err != nil {
-			return fail(err)
-		}
 		var req action.CreateRequest
-		if err := r.decode(&req); err != nil {
+		r, err := readRequest(&ev, false, MaxBodyBytes, &req)
+		if err != nil {
 			return fail(err)
 		}
 		act, err := action.ValidateCreate(&req, a.Now())
@@ -130,12 +127,9 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		if err != nil {
 			return fail(err)
 		}
-		r, err := readRequest(&ev, true)
-		if err != nil {
-			return fail(err)
-		}
 		var req action.ConsumeRequest
-		if err := r.decode(&req); err != nil {
+		r, err := readRequest(&ev, true, MaxBodyBytes, &req)
+		if err != nil {
 			return fail(err)
 		}
 		if err := action.ValidateConsume(&req); err != nil {
@@ -180,12 +174,9 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		if err != nil {
 			return fail(err)
 		}
-		r, err := readRequest(&ev, true)
-		if err != nil {
-			return fail(err)
-		}
 		var req action.CancelRequest
-		if err := r.decode(&req); err != nil {
+		r, err := readRequest(&ev, true, MaxBodyBytes, &req)
+		if err != nil {
 			return fail(err)
 		}
 		if err := action.ValidateCancel(&req); err != nil {

@@ -68,12 +68,9 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		if err != nil {
 			return fail(err)
 		}
-		r, err := readRequest(&ev, false)
-		if err != nil {
-			return fail(err)
-		}
 		var req idemkey.ClaimRequest
-		if err := r.decode(&req); err != nil {
+		r, err := readRequest(&ev, false, MaxBodyBytes, &req)
+		if err != nil {
 			return fail(err)
 		}
 		lease, err := idemkey.ValidateClaim(&req)
@@ -116,12 +113,8 @@ func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err != nil {
 			return fail(err)
 		}
-		r, err := readRequestUpTo(&ev, false, MaxKeyBodyBytes)
-		if err != nil {
-			return fail(err)
-		}
 		var req idemkey.CompleteRequest
-		if err := r.decode(&req); err != nil {
+		if _, err := readRequest(&ev, false, MaxKeyBodyBytes, &req); err != nil {
 			return fail(err)
 		}
 		if err := idemkey.ValidateComplete(&req); err != nil {
@@ -133,7 +126,7 @@ func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 			return fail(&action.InvalidError{Field: "response", Message: "is not valid JSON"})
 		}
 		k, err := a.store.CompleteKey(ctx, name, req.Token, resp, a.Now())
-		return a.keyAnswer(err, k, c, "completed", r)
+		return a.keyAnswer(err, k, c, "completed")
 	})
 }
 
@@ -145,25 +138,21 @@ func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		if err != nil {
 			return fail(err)
 		}
-		r, err := readRequest(&ev, false)
-		if err != nil {
-			return fail(err)
-		}
 		var req idemkey.ReleaseRequest
-		if err := r.decode(&req); err != nil {
+		if _, err := readRequest(&ev, false, MaxBodyBytes, &req); err != nil {
 			return fail(err)
 		}
 		if err := idemkey.ValidateRelease(&req); err != nil {
 			return fail(err)
 		}
 		k, err := a.store.ReleaseKey(ctx, name, req.Token, req.Error, a.Now())
-		return a.keyAnswer(err, k, c, "released", r)
+		return a.keyAnswer(err, k, c, "released")
 	})
 }
 
 // keyAnswer renders the 200 of a holder's complete or release, first time
 // or replayed.
-func (a *API) keyAnswer(err error, k *idemkey.Key, c *call, outcome string, r *request) (events.APIGatewayV2HTTPResponse, error) {
+func (a *API) keyAnswer(err error, k *idemkey.Key, c *call, outcome string) (events.APIGatewayV2HTTPResponse, error) {
 	var replay *idemkey.Replay
 	var headers map[string]string
 	switch {

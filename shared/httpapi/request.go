@@ -31,14 +31,10 @@ type request struct {
 // errTooLarge marks a body over MaxBodyBytes.
 var errTooLarge = errors.New("request body too large")
 
-// readRequest extracts the body (at most MaxBodyBytes) and Idempotency-Key
-// of an API Gateway event. An empty body reads as {} when emptyOK.
-func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool) (*request, error) {
-	return readRequestUpTo(ev, emptyOK, MaxBodyBytes)
-}
-
-// readRequestUpTo is readRequest for a route with its own body limit.
-func readRequestUpTo(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int) (*request, error) {
+// readRequest extracts the body (at most limit bytes; an empty body reads as
+// {} when emptyOK) and the Idempotency-Key of an API Gateway event, and
+// decodes the body strictly into v, fingerprinting it.
+func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int, v any) (*request, error) {
 	raw := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		if base64.StdEncoding.DecodedLen(len(ev.Body)) > limit+3 {
@@ -64,6 +60,9 @@ func readRequestUpTo(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int
 			return nil, &action.InvalidError{Field: "Idempotency-Key", Message: "must be 1 to 255 printable ASCII characters"}
 		}
 		r.key = k
+	}
+	if err := r.decode(v); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
