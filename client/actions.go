@@ -55,42 +55,26 @@ type ConsumeInput struct {
 // the id from the call's Idempotency-Key, so a retried create still creates
 // one action.
 func (c *Client) CreateAction(ctx context.Context, in CreateInput) (*Action, error) {
-	return c.action(ctx, "/actions", in)
+	return postFor[Action](ctx, c, "/actions", in)
 }
 
 // GetAction reads an action (never its payload).
 func (c *Client) GetAction(ctx context.Context, id string) (*Action, error) {
-	var a Action
-	if _, err := c.do(ctx, get("/actions/"+seg(id)), &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return getFor[Action](ctx, c, "/actions/"+seg(id))
 }
 
 // Consume consumes an action exactly once. A retry after a lost answer gets
 // the same 200 (Replayed set), not ErrAlreadyUsed.
 func (c *Client) Consume(ctx context.Context, id string, in ConsumeInput) (*Action, error) {
-	return c.action(ctx, "/actions/"+seg(id)+"/consume", in)
+	return postFor[Action](ctx, c, "/actions/"+seg(id)+"/consume", in)
 }
 
 // Cancel cancels an open action; canceling again answers the first
 // cancellation.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*Action, error) {
-	return c.action(ctx, "/actions/"+seg(id)+"/cancel", struct {
+	return postFor[Action](ctx, c, "/actions/"+seg(id)+"/cancel", struct {
 		Reason string `json:"reason,omitempty"`
 	}{reason})
 }
 
-func (c *Client) action(ctx context.Context, path string, in any) (*Action, error) {
-	cl, err := post(path, in)
-	if err != nil {
-		return nil, err
-	}
-	var a Action
-	r, err := c.do(ctx, cl, &a)
-	if err != nil {
-		return nil, err
-	}
-	a.Replayed = r.replayed
-	return &a, nil
-}
+func (a *Action) setReplayed(r bool) { a.Replayed = r }

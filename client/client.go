@@ -219,7 +219,35 @@ func post(path string, in any) (call, error) {
 	return call{method: http.MethodPost, path: path, body: b, key: NewIdempotencyKey()}, nil
 }
 
-func get(path string) call { return call{method: http.MethodGet, path: path} }
+// answer is a decoded 2xx body that records whether it was replayed.
+type answer[T any] interface {
+	*T
+	setReplayed(bool)
+}
+
+// postFor runs a POST of in as one logical call and decodes its answer.
+func postFor[T any, PT answer[T]](ctx context.Context, c *Client, path string, in any) (*T, error) {
+	cl, err := post(path, in)
+	if err != nil {
+		return nil, err
+	}
+	var out T
+	r, err := c.do(ctx, cl, &out)
+	if err != nil {
+		return nil, err
+	}
+	PT(&out).setReplayed(r.replayed)
+	return &out, nil
+}
+
+// getFor runs a GET (naturally idempotent: no key) and decodes its answer.
+func getFor[T any](ctx context.Context, c *Client, path string) (*T, error) {
+	var out T
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: path}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
 
 func seg(s string) string { return url.PathEscape(s) }
 

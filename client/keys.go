@@ -38,7 +38,7 @@ func (c *Client) Claim(ctx context.Context, key, fingerprint string, lease time.
 		Fingerprint  string `json:"fingerprint"`
 		LeaseSeconds int    `json:"leaseSeconds,omitempty"`
 	}{fingerprint, int(lease.Round(time.Second) / time.Second)}
-	return c.key(ctx, "/keys/"+seg(key)+"/claim", in)
+	return postFor[Key](ctx, c, "/keys/"+seg(key)+"/claim", in)
 }
 
 // Complete stores the holder's response; every later claim replays it.
@@ -48,7 +48,7 @@ func (c *Client) Complete(ctx context.Context, key, token string, response any) 
 	if err != nil {
 		return nil, err
 	}
-	return c.key(ctx, "/keys/"+seg(key)+"/complete", struct {
+	return postFor[Key](ctx, c, "/keys/"+seg(key)+"/complete", struct {
 		Token    string          `json:"token"`
 		Response json.RawMessage `json:"response"`
 	}{token, b})
@@ -56,7 +56,7 @@ func (c *Client) Complete(ctx context.Context, key, token string, response any) 
 
 // Release gives the key up after a failure: it is claimable again at once.
 func (c *Client) Release(ctx context.Context, key, token, reason string) (*Key, error) {
-	return c.key(ctx, "/keys/"+seg(key)+"/release", struct {
+	return postFor[Key](ctx, c, "/keys/"+seg(key)+"/release", struct {
 		Token string `json:"token"`
 		Error string `json:"error,omitempty"`
 	}{token, reason})
@@ -64,26 +64,10 @@ func (c *Client) Release(ctx context.Context, key, token, reason string) (*Key, 
 
 // GetKey reads a key's state, counts and times (never its token or response).
 func (c *Client) GetKey(ctx context.Context, key string) (*Key, error) {
-	var k Key
-	if _, err := c.do(ctx, get("/keys/"+seg(key)), &k); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return getFor[Key](ctx, c, "/keys/"+seg(key))
 }
 
-func (c *Client) key(ctx context.Context, path string, in any) (*Key, error) {
-	cl, err := post(path, in)
-	if err != nil {
-		return nil, err
-	}
-	var k Key
-	r, err := c.do(ctx, cl, &k)
-	if err != nil {
-		return nil, err
-	}
-	k.Replayed = r.replayed
-	return &k, nil
-}
+func (k *Key) setReplayed(r bool) { k.Replayed = r }
 
 // Do runs fn at most once per key across every caller and retry — the
 // idempotency decorator of the seeds as a function: claim the key; if it
