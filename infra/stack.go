@@ -246,16 +246,7 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	bus := awsevents.NewEventBus(stack, jsii.String("Bus"), &awsevents.EventBusProps{
 		Description: jsii.String("ExactOnce action events: action.consumed, action.canceled, action.expired"),
 	})
-	onFailure := awssqs.NewQueue(stack, jsii.String("PublisherOnFailure"), &awssqs.QueueProps{
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
-		RemovalPolicy:   removal,
-	})
-	cdknag.NagSuppressions_AddResourceSuppressions(onFailure, &[]*cdknag.NagPackSuppression{{
-		Id:     jsii.String("AwsSolutions-SQS3"),
-		Reason: jsii.String("This queue is itself the on-failure destination (DLQ) of the stream publisher; a DLQ of a DLQ adds nothing."),
-	}}, jsii.Bool(false))
+	onFailure := deadLetterQueue(stack, "PublisherOnFailure", "the on-failure destination (DLQ) of the stream publisher", removal)
 
 	publisher := newFunction(stack, "publisher", s, map[string]*string{
 		"EVENT_BUS_NAME": bus.EventBusName(),
@@ -395,16 +386,7 @@ func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, a
 		DeletionProtection: jsii.Bool(!s.Throwaway),
 		RemovalPolicy:      removal,
 	})
-	deadLetters := awssqs.NewQueue(stack, jsii.String("AuditDeadLetters"), &awssqs.QueueProps{
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
-		RemovalPolicy:   removal,
-	})
-	cdknag.NagSuppressions_AddResourceSuppressions(deadLetters, &[]*cdknag.NagPackSuppression{{
-		Id:     jsii.String("AwsSolutions-SQS3"),
-		Reason: jsii.String("This queue is itself the dead-letter queue of the audit subscriber (rule target and async on-failure); a DLQ of a DLQ adds nothing."),
-	}}, jsii.Bool(false))
+	deadLetters := deadLetterQueue(stack, "AuditDeadLetters", "the dead-letter queue of the audit subscriber (rule target and async on-failure)", removal)
 
 	fn := newFunction(stack, "audit", s, map[string]*string{"DEDUPE_TABLE": claims.TableName()}, auditMemoryMB, auditTimeout, removal)
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -438,6 +420,22 @@ func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, a
 	awscdk.NewCfnOutput(stack, jsii.String("AuditClaimsTableName"), &awscdk.CfnOutputProps{
 		Value: claims.TableName(), Description: jsii.String("Claims of the example audit subscriber (events/once)"),
 	})
+}
+
+// deadLetterQueue makes an encrypted, SSL-only queue kept 14 days that is
+// itself a dead-letter queue (what, for cdk-nag's reason), so it has none.
+func deadLetterQueue(stack awscdk.Stack, id, what string, removal awscdk.RemovalPolicy) awssqs.Queue {
+	q := awssqs.NewQueue(stack, jsii.String(id), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		RemovalPolicy:   removal,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(q, &[]*cdknag.NagPackSuppression{{
+		Id:     jsii.String("AwsSolutions-SQS3"),
+		Reason: jsii.String("This queue is itself " + what + "; a DLQ of a DLQ adds nothing."),
+	}}, jsii.Bool(false))
+	return q
 }
 
 // newFunction makes one arm64 provided.al2023 function with its own log
