@@ -7,8 +7,8 @@ package lambdaruntime
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -173,7 +173,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(inv.event)
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "invocation/"):
 		id, kind, _ := strings.Cut(strings.TrimPrefix(path, "invocation/"), "/")
-		body, err := readAll(r)
+		body, err := io.ReadAll(r.Body)
 		f.mu.Lock()
 		inv := f.pending[id]
 		delete(f.pending, id)
@@ -189,15 +189,6 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-func readAll(r *http.Request) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := b.ReadFrom(r.Body)
-	if err != nil && !errors.Is(err, http.ErrBodyReadAfterClose) {
-		return nil, err
-	}
-	return b.Bytes(), nil
 }
 
 type syncWriter struct {
