@@ -262,7 +262,7 @@ func designs(t *testing.T, env *testkit.Env, n int) []designRow {
 		if mut != nil {
 			mut(a)
 		}
-		if _, err := st.Create(ctx, a); err != nil {
+		if _, err := st.Create(ctx, a, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -408,7 +408,7 @@ func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 			for i := range ids {
 				ids[i] = fmt.Sprintf("lat-%s-%d-%d", strings.ReplaceAll(path, " ", ""), conc, i)
 				a := &action.Action{ID: ids[i], UserID: "u", ActiveAt: action.Millis(now.Add(-time.Minute)), ExpiresAt: action.Millis(now.Add(time.Hour)), CreatedAt: action.Millis(now)}
-				if _, err := direct.Create(ctx, a); err != nil {
+				if _, err := direct.Create(ctx, a, nil); err != nil {
 					t.Fatal(err)
 				}
 			}

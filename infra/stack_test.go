@@ -228,7 +228,7 @@ func TestLeastPrivilege(t *testing.T) {
 		"create":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CreateLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"get":     {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on GetLogs`, `Allow "dynamodb:GetItem" on Actions`},
 		"consume": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ConsumeLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
-		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow "dynamodb:UpdateItem" on Actions`},
+		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"publisher": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on PublisherLogs`, `Allow "events:PutEvents" on Bus`,
 			`Allow ["sqs:SendMessage","sqs:GetQueueAttributes","sqs:GetQueueUrl"] on PublisherOnFailure`,
 			`Allow "dynamodb:ListStreams" on *`,
@@ -239,7 +239,8 @@ func TestLeastPrivilege(t *testing.T) {
 	// The /keys functions reach only idempotency-key items, never an action.
 	keysOnly := ` if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["key#*"]}}`
 	for fn, op := range map[string]string{"keyclaim": "UpdateItem", "keycomplete": "UpdateItem", "keyrelease": "UpdateItem", "keyget": "GetItem"} {
-		want[fn] = []string{`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ` + title(fn) + `Logs`, `Allow "dynamodb:` + op + `" on Actions` + keysOnly}
+		want[fn] = []string{`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ` + title(fn) + `Logs`, `Allow "dynamodb:` + op + `" on Actions` + keysOnly,
+			`Allow "secretsmanager:GetSecretValue" on ServerSecret`}
 	}
 	for fn, w := range want {
 		g := got[fn]

@@ -11,7 +11,7 @@ import (
 )
 
 func main() {
-	api, err := app.FromEnv(context.Background(), app.Needs{}) // no secret: keys hold no PIN or sealed payload
+	api, err := app.FromEnv(context.Background(), app.Needs{Keys: true}) // keyed fingerprints, key digests and log hashes
 	if err != nil {
 		log.Fatal(err) // a cold start without config must fail loudly, not serve 500s
 	}

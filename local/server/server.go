@@ -26,6 +26,7 @@ import (
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
@@ -37,11 +38,14 @@ const DefaultTable = "exactonce-actions"
 
 // Options configure New.
 type Options struct {
-	DynamoDBEndpoint string        // required: DynamoDB Local's URL
-	Table            string        // default DefaultTable
-	Secret           string        // the server secret (required)
-	Retention        time.Duration // default store.DefaultRetention
-	Log              *slog.Logger  // default app.Logger()
+	DynamoDBEndpoint string // required: DynamoDB Local's URL
+	Table            string // default DefaultTable
+	Secret           string // the server secret (required unless SecretSource is set)
+	// SecretSource, when set, is read for the secret instead of Secret, at
+	// start and whenever the API reloads it (rotation tests).
+	SecretSource crypto.Source
+	Retention    time.Duration // default store.DefaultRetention
+	Log          *slog.Logger  // default app.Logger()
 	// AWS, when set, is used instead of config.Local(DynamoDBEndpoint), e.g. to
 	// put a counting or fault-injecting transport in the path.
 	AWS *aws.Config
@@ -101,7 +105,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err := store.CreateTable(ctx, db, o.Table); err != nil {
 		return nil, err
 	}
-	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards}
+	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards, SecretSource: o.SecretSource}
 	if o.MetricsOut == nil {
 		o.MetricsOut = os.Stdout
 	}

@@ -39,12 +39,20 @@ type Action struct {
 	CancelReason   string
 	ExpiredAt      time.Time
 
-	// PIN protection: PINHash is the HMAC of the PIN; wrong attempts count up
-	// to MaxPINAttempts, and the write that reaches the limit stamps LockedAt.
+	// PIN protection: PINHash is the HMAC of the PIN. Every guess reserves
+	// one of MaxPINAttempts (PINFailures counts them) before it is compared;
+	// a right guess gives its reservation back as it consumes. The write
+	// that reaches the limit stamps LockedAt. PINTries records each guess by
+	// the request that made it, so a retry of it answers the same.
 	PINHash        []byte
 	PINFailures    int
 	MaxPINAttempts int
 	LockedAt       time.Time
+	PINTries       map[string]PINTry
+
+	// KeyID names the key set that hashed the PIN and sealed the payload
+	// ("" when the action has neither, or was written before key ids).
+	KeyID string
 
 	// Payload is the sealed (encrypted) payload, never plaintext.
 	Payload []byte
@@ -59,9 +67,27 @@ type Action struct {
 
 // Write identifies the request that performed one operation on an action.
 type Write struct {
-	Key         string // Idempotency-Key header, "" when none was sent
-	Fingerprint string // SHA-256 of the canonical request body
+	Key         string // keyed digest of the Idempotency-Key header, "" when none was sent
+	Fingerprint string // keyed fingerprint of the canonical request body
 	RequestID   string // API Gateway request id of the committing attempt
+}
+
+// PINTry is one PIN guess as its reservation recorded it: N is the guess's
+// place in the count (so its answer, MaxPINAttempts-N remaining, replays
+// exactly), Fingerprint the request's.
+type PINTry struct {
+	N           int
+	Fingerprint string
+}
+
+// TryToken names a PIN guess by the request that made it: its
+// Idempotency-Key when it sent one, else its request id (an SDK retry of a
+// write whose answer was lost carries the same id).
+func TryToken(w Write) string {
+	if w.Key != "" {
+		return "k" + w.Key
+	}
+	return "r" + w.RequestID
 }
 
 // StateAt returns the public state of a at instant now.

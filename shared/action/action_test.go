@@ -65,24 +65,35 @@ func TestClassifyConsumePrecedence(t *testing.T) {
 		}, Attempt{Now: now}, CodeAlreadyUsed},
 		{"same key and body replays", func(a *Action) {
 			a.ConsumedAt, a.Consume = t0, Write{Key: "k", Fingerprint: "f"}
-		}, Attempt{Now: now, Key: "k", Fingerprint: "f"}, "replay"},
+		}, Attempt{Now: now, Key: "k", Fingerprints: []string{"f"}}, "replay"},
 		{"own request id replays", func(a *Action) {
-			a.ConsumedAt, a.Consume = t0, Write{RequestID: "r1"}
-		}, Attempt{Now: now, RequestID: "r1"}, "replay"},
+			a.ConsumedAt, a.Consume = t0, Write{RequestID: "r1", Fingerprint: "f"}
+		}, Attempt{Now: now, RequestID: "r1", Fingerprints: []string{"f"}}, "replay"},
+		{"a request id with another body is not a replay", func(a *Action) {
+			a.ConsumedAt, a.Consume = t0, Write{RequestID: "r1", Fingerprint: "f"}
+		}, Attempt{Now: now, RequestID: "r1", Fingerprints: []string{"g"}}, CodeAlreadyUsed},
+		{"a replay after the last guess is locked", func(a *Action) {
+			a.ConsumedAt, a.Consume = t0, Write{Key: "k", Fingerprint: "f"}
+			a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 3, 3
+		}, Attempt{Now: now, Key: "k", Fingerprints: []string{"f"}}, CodeLocked},
+		{"a fingerprint under any known key set matches", func(a *Action) {
+			a.ConsumedAt, a.Consume = t0, Write{Key: "k", Fingerprint: "old"}
+		}, Attempt{Now: now, Key: "k", Fingerprints: []string{"new", "old"}}, "replay"},
 		{"same key other body is reuse", func(a *Action) {
 			a.ConsumedAt, a.Consume = t0, Write{Key: "k", Fingerprint: "f"}
-		}, Attempt{Now: now, Key: "k", Fingerprint: "g"}, CodeKeyReused},
+		}, Attempt{Now: now, Key: "k", Fingerprints: []string{"g"}}, CodeKeyReused},
 		{"other key is already used", func(a *Action) {
 			a.ConsumedAt, a.Consume = t0, Write{Key: "k", Fingerprint: "f"}
-		}, Attempt{Now: now, Key: "other", Fingerprint: "f"}, CodeAlreadyUsed},
+		}, Attempt{Now: now, Key: "other", Fingerprints: []string{"f"}}, CodeAlreadyUsed},
 		{"canceled beats expired", func(a *Action) { a.CanceledAt, a.ExpiresAt = t0, t0 }, Attempt{Now: now}, CodeCanceled},
 		{"expired by clock beats not active", func(a *Action) { a.ActiveAt, a.ExpiresAt = now.Add(time.Hour), now }, Attempt{Now: now}, CodeExpired},
 		{"marked expired", func(a *Action) { a.ExpiredAt = t0 }, Attempt{Now: now}, CodeExpired},
 		{"not active beats locked", func(a *Action) {
 			a.ActiveAt, a.PINHash, a.PINFailures, a.MaxPINAttempts = now.Add(time.Second), []byte{1}, 3, 3
 		}, Attempt{Now: now}, CodeNotActive},
-		{"locked beats invalid pin", func(a *Action) { a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 3, 3 }, Attempt{Now: now, PINMatches: true}, CodeLocked},
-		{"invalid pin", func(a *Action) { a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 2, 3 }, Attempt{Now: now}, CodeInvalidPIN},
+		{"locked beats pin required", func(a *Action) { a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 3, 3 }, Attempt{Now: now}, CodeLocked},
+		{"pin required", func(a *Action) { a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 2, 3 }, Attempt{Now: now}, CodePINRequired},
+		{"a presented pin is the store's to judge", func(a *Action) { a.PINHash, a.PINFailures, a.MaxPINAttempts = []byte{1}, 2, 3 }, Attempt{Now: now, PINPresented: true}, CodeInternal},
 		{"consumable item is a bug", nil, Attempt{Now: now}, CodeInternal},
 	}
 	for _, tt := range tests {
@@ -111,7 +122,7 @@ func TestClassifyCancel(t *testing.T) {
 	}{
 		{"consumed", func(a *Action) { a.ConsumedAt = t0 }, Attempt{Now: now}, CodeAlreadyUsed},
 		{"canceled again answers the first", func(a *Action) { a.CanceledAt = t0 }, Attempt{Now: now}, "replay"},
-		{"canceled, key reused", func(a *Action) { a.CanceledAt, a.Cancel = t0, Write{Key: "k", Fingerprint: "f"} }, Attempt{Now: now, Key: "k", Fingerprint: "x"}, CodeKeyReused},
+		{"canceled, key reused", func(a *Action) { a.CanceledAt, a.Cancel = t0, Write{Key: "k", Fingerprint: "f"} }, Attempt{Now: now, Key: "k", Fingerprints: []string{"x"}}, CodeKeyReused},
 		{"expired", func(a *Action) { a.ExpiresAt = now }, Attempt{Now: now}, CodeExpired},
 	}
 	for _, tt := range tests {
@@ -132,10 +143,11 @@ func TestClassifyCreate(t *testing.T) {
 		at   Attempt
 		want Code
 	}{
-		{Attempt{Key: "k", Fingerprint: "f"}, "replay"},
-		{Attempt{RequestID: "r"}, "replay"},
-		{Attempt{Key: "k", Fingerprint: "g"}, CodeKeyReused},
-		{Attempt{Key: "other", Fingerprint: "f"}, CodeExists},
+		{Attempt{Key: "k", Fingerprints: []string{"f"}}, "replay"},
+		{Attempt{RequestID: "r", Fingerprints: []string{"f"}}, "replay"},
+		{Attempt{RequestID: "r", Fingerprints: []string{"g"}}, CodeExists},
+		{Attempt{Key: "k", Fingerprints: []string{"g"}}, CodeKeyReused},
+		{Attempt{Key: "other", Fingerprints: []string{"f"}}, CodeExists},
 		{Attempt{}, CodeExists},
 	} {
 		if got := code(ClassifyCreate(a, tt.at)); got != tt.want {

@@ -2,6 +2,7 @@ package action
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -21,6 +22,7 @@ const (
 	CodeNotActive      Code = "not_active"
 	CodeLocked         Code = "locked"
 	CodeInvalidPIN     Code = "invalid_pin"
+	CodePINRequired    Code = "pin_required"
 	CodeKeyReused      Code = "idempotency_key_reused"
 	CodeUnavailable    Code = "unavailable"
 	CodeInternal       Code = "internal"
@@ -66,36 +68,45 @@ func (r *Replay) Error() string { return "action: idempotent replay" }
 
 // idempotency compares a retried request with the write that performed an
 // operation. It reports whether this request is that call (replay), whether
-// it reuses the call's key with another body (reused), or neither.
-func idempotency(w Write, key, fingerprint, requestID string) (replay, reused bool) {
-	if requestID != "" && w.RequestID == requestID {
+// it reuses the call's key with another body (reused), or neither. A request
+// id alone proves nothing: it replays only with the same body.
+func idempotency(w Write, at Attempt) (replay, reused bool) {
+	same := w.Fingerprint != "" && slices.Contains(at.Fingerprints, w.Fingerprint)
+	if at.RequestID != "" && w.RequestID == at.RequestID && same {
 		return true, false // our own attempt committed; the SDK retried it
 	}
-	if key == "" || w.Key != key {
+	if at.Key == "" || w.Key != at.Key {
 		return false, false
 	}
-	return w.Fingerprint == fingerprint, w.Fingerprint != fingerprint
+	return same, !same
 }
 
 // Attempt describes one request to change an action, as classification needs it.
 type Attempt struct {
-	Now         time.Time
-	Key         string // Idempotency-Key, "" when absent
-	Fingerprint string
-	RequestID   string
-	PINMatches  bool // the presented PIN's HMAC equals the stored one
+	Now time.Time
+	Key string // keyed digest of the Idempotency-Key, "" when absent
+	// Fingerprints is the request's fingerprint under every known key set:
+	// a stored fingerprint matches when it is one of them.
+	Fingerprints []string
+	RequestID    string
+	PINPresented bool // the consume carried a PIN
 }
 
 // ClassifyConsume explains why a consume's conditional write failed, from the
 // item the write saw (nil when there was none). Precedence: not found,
-// already used, canceled, expired, not active, locked, invalid PIN.
-// A *Replay means the consume was this call's own and must be answered as success.
+// already used, canceled, expired, not active, locked, PIN required.
+// A *Replay means the consume was this call's own and must be answered as
+// success. On a PIN-protected action whose guesses are used up no replay is
+// given: a replay compares the request, PIN included, with the one that
+// consumed, so it is a guess too.
 func ClassifyConsume(old *Action, at Attempt) error {
 	if old == nil {
 		return Reject(CodeNotFound, nil)
 	}
 	if !old.ConsumedAt.IsZero() {
-		switch replay, reused := idempotency(old.Consume, at.Key, at.Fingerprint, at.RequestID); {
+		switch replay, reused := idempotency(old.Consume, at); {
+		case replay && old.Locked():
+			return Reject(CodeLocked, old)
 		case replay:
 			return &Replay{Action: old}
 		case reused:
@@ -115,11 +126,12 @@ func ClassifyConsume(old *Action, at Attempt) error {
 	if old.Locked() {
 		return Reject(CodeLocked, old)
 	}
-	if old.PINProtected() && !at.PINMatches {
-		return Reject(CodeInvalidPIN, old)
+	if old.PINProtected() && !at.PINPresented {
+		return Reject(CodePINRequired, old)
 	}
-	// Every condition held for this item, so the write cannot have failed on
-	// it: the store and this function disagree, which is a bug, not an outcome.
+	// Every state condition held for this item: the caller decides (a PIN
+	// consume on an action without PIN, a key the server must learn); for a
+	// plain consume it is a bug, not an outcome.
 	return Reject(CodeInternal, old)
 }
 
@@ -134,7 +146,7 @@ func ClassifyCancel(old *Action, at Attempt) error {
 		return Reject(CodeAlreadyUsed, old)
 	}
 	if !old.CanceledAt.IsZero() {
-		if _, reused := idempotency(old.Cancel, at.Key, at.Fingerprint, at.RequestID); reused {
+		if _, reused := idempotency(old.Cancel, at); reused {
 			return Reject(CodeKeyReused, old)
 		}
 		return &Replay{Action: old}
@@ -147,12 +159,16 @@ func ClassifyCancel(old *Action, at Attempt) error {
 
 // ClassifyCreate explains why a create's conditional write (the item must not
 // exist) failed: a retry of the same call replays, the same key with another
-// body is key reuse, anything else is an existing action.
+// body is key reuse, anything else is an existing action. Like a consume
+// replay, a create replay of a PIN-protected action compares a body that
+// holds the PIN, so it is refused once the guesses are used up.
 func ClassifyCreate(old *Action, at Attempt) error {
 	if old == nil {
 		return Reject(CodeInternal, nil)
 	}
-	switch replay, reused := idempotency(old.Create, at.Key, at.Fingerprint, at.RequestID); {
+	switch replay, reused := idempotency(old.Create, at); {
+	case replay && old.Locked():
+		return Reject(CodeLocked, old)
 	case replay:
 		return &Replay{Action: old}
 	case reused:
@@ -161,9 +177,17 @@ func ClassifyCreate(old *Action, at Attempt) error {
 	return Reject(CodeExists, old)
 }
 
+// IsGuess reports whether a refusal compared the request with a stored
+// body that holds the PIN (a reused key on a PIN-protected action): such a
+// refusal spends one of the action's PIN guesses.
+func IsGuess(err error) bool {
+	r, ok := err.(*Rejection)
+	return ok && r.Code == CodeKeyReused && r.Action != nil && r.Action.PINProtected()
+}
+
 // IsReplayOf reports whether the request is a retry of the call that
 // performed w (same request attempt, or same key and body), i.e. whether a
 // replayed answer should carry Idempotent-Replayed.
-func IsReplayOf(w Write, key, fingerprint string) bool {
-	return key != "" && w.Key == key && w.Fingerprint == fingerprint
+func IsReplayOf(w Write, key string, fingerprints []string) bool {
+	return key != "" && w.Key == key && slices.Contains(fingerprints, w.Fingerprint)
 }

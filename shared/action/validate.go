@@ -41,7 +41,23 @@ type CreateRequest struct {
 	PIN            string            `json:"pin,omitempty"`
 	MaxPINAttempts *int              `json:"maxPinAttempts,omitempty"`
 	// Payload is any JSON value, kept as its raw bytes; it is sealed before storage.
-	Payload jsontext.Value `json:"payload,omitempty"`
+	Payload jsontext.Value `json:"payload,omitzero"`
+}
+
+// ErrExpiresAtPassed is the refusal of a create whose expiresAt is not in
+// the future. A create retried with its Idempotency-Key after that instant
+// is answered from the stored action instead (its 201 replays).
+var ErrExpiresAtPassed = &InvalidError{Field: "expiresAt", Message: "must be in the future"}
+
+// ErrDefaultExpiryPassed is ErrExpiresAtPassed when expiresAt was not given
+// and the default (activeAt + 24h) has passed: activeAt is at fault.
+var ErrDefaultExpiryPassed = &InvalidError{Field: "activeAt",
+	Message: "must be less than 24 hours ago when expiresAt is not given (the default expiresAt is activeAt + 24h)"}
+
+// TooLateToCreate reports whether err refused a create only because its
+// expiry has passed (a keyed retry of it may still replay).
+func TooLateToCreate(err error) bool {
+	return err == ErrExpiresAtPassed || err == ErrDefaultExpiryPassed
 }
 
 // ConsumeRequest is the body of POST /actions/{actionId}/consume.
@@ -91,12 +107,20 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 			return nil, err
 		}
 		expiresAt = t
+	} else {
+		// expiresAt is derived from activeAt: a bad one is activeAt's fault.
+		switch {
+		case !expiresAt.After(now):
+			return nil, ErrDefaultExpiryPassed
+		case expiresAt.Sub(now) > MaxLifetime:
+			return nil, invalid("activeAt", "must be at most %d days away when expiresAt is not given (the default expiresAt is activeAt + 24h)", int((MaxLifetime-DefaultLifetime).Hours()/24))
+		}
 	}
 	switch {
 	case !expiresAt.After(activeAt):
 		return nil, invalid("expiresAt", "must be after activeAt")
 	case !expiresAt.After(now):
-		return nil, invalid("expiresAt", "must be in the future")
+		return nil, ErrExpiresAtPassed
 	case expiresAt.Sub(activeAt) > MaxLifetime || expiresAt.Sub(now) > MaxLifetime:
 		return nil, invalid("expiresAt", "must be at most %d days away", int(MaxLifetime.Hours()/24))
 	}
@@ -124,7 +148,7 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 		}
 	}
 	if r.Payload != nil {
-		if err := validatePayload(r.Payload); err != nil {
+		if err := ValidateJSON("payload", r.Payload, MaxPayloadBytes); err != nil {
 			return nil, err
 		}
 	}
@@ -148,12 +172,22 @@ func ValidateCancel(r *CancelRequest) error {
 }
 
 // ValidateID checks an action id (from a body or a path): 1 to 128 characters
-// of [A-Za-z0-9._:-].
+// of [A-Za-z0-9._:-], not "." or "..".
 func ValidateID(field, id string) error {
 	if id == "" {
 		return invalid(field, "is required")
 	}
-	return token(field, id, MaxIDLen, "")
+	return ValidatePathSegment(field, id, MaxIDLen, "")
+}
+
+// ValidatePathSegment checks an identifier that is also a URL path segment:
+// a token (see ValidateToken) other than "." and "..", which a URL cannot
+// reach (clients and proxies resolve them away).
+func ValidatePathSegment(field, s string, max int, extra string) error {
+	if s == "." || s == ".." {
+		return invalid(field, "must not be . or .. (a URL cannot address them)")
+	}
+	return token(field, s, max, extra)
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -184,11 +218,12 @@ func validateMetadata(m map[string]string) error {
 	return nil
 }
 
-// validatePayload bounds the payload's size and nesting depth (a deeply
-// nested value costs stack on every later decode).
-func validatePayload(raw []byte) error {
-	if len(raw) > MaxPayloadBytes {
-		return invalid("payload", "is larger than %d bytes", MaxPayloadBytes)
+// ValidateJSON bounds a stored JSON value's size (maxBytes) and nesting
+// depth (MaxPayloadDepth: a deeply nested value costs stack on every later
+// decode). The payload of an action and the response of a key share it.
+func ValidateJSON(field string, raw []byte, maxBytes int) error {
+	if len(raw) > maxBytes {
+		return invalid(field, "is larger than %d bytes", maxBytes)
 	}
 	depth, inString, escaped := 0, false, false
 	for _, c := range raw {
@@ -202,7 +237,7 @@ func validatePayload(raw []byte) error {
 		case inString:
 		case c == '{' || c == '[':
 			if depth++; depth > MaxPayloadDepth {
-				return invalid("payload", "is nested deeper than %d levels", MaxPayloadDepth)
+				return invalid(field, "is nested deeper than %d levels", MaxPayloadDepth)
 			}
 		case c == '}' || c == ']':
 			depth--
@@ -215,6 +250,9 @@ func parseTime(field, s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, invalid(field, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return time.Time{}, invalid(field, "must have a UTC offset between -23:59 and +23:59")
 	}
 	return Millis(t), nil
 }

@@ -21,8 +21,9 @@ func Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(os.Stdout, nil)
 
 // Needs says what a function uses beyond the table.
 type Needs struct {
-	// Keys: the server secret (PIN HMAC, payload sealing, key-derived ids).
-	// Only create and consume need it; get and cancel run without access to it.
+	// Keys: the server secret (PIN HMAC, payload sealing, key-derived ids,
+	// keyed fingerprints, key digests and log hashes). Every route that
+	// reads a body or a key needs it; GET /actions/{id} runs without it.
 	Keys bool
 }
 
@@ -47,10 +48,17 @@ func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Lo
 }
 
 func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, metrics *telemetry.Metrics, needs Needs) (*httpapi.API, error) {
-	var keys *crypto.Keys
+	var keys *crypto.Provider
 	if needs.Keys {
+		src := cfg.SecretSource
+		if src == nil {
+			var err error
+			if src, err = config.SecretSource(cfg, awsCfg); err != nil {
+				return nil, err
+			}
+		}
 		var err error
-		if keys, err = config.Keys(ctx, cfg, awsCfg); err != nil {
+		if keys, err = crypto.NewProvider(ctx, src); err != nil {
 			return nil, err
 		}
 	}

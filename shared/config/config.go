@@ -49,6 +49,9 @@ type Config struct {
 	// KeyRetention is how long an idempotency key of the /keys routes is
 	// kept after its last transition (its response replayed).
 	KeyRetention time.Duration
+	// SecretSource, when set, is read instead of SecretARN/Secret (the local
+	// server and tests, which rotate the secret under a running API).
+	SecretSource crypto.Source
 }
 
 // Load reads the settings through getenv (os.Getenv in production).
@@ -119,22 +122,25 @@ func Local(endpoint string) aws.Config {
 	}
 }
 
-// Keys returns the server keys: from Secrets Manager when a secret ARN is set
-// (one GetSecretValue per cold start), else from the plain secret.
-func Keys(ctx context.Context, c Config, awsCfg aws.Config) (*crypto.Keys, error) {
+// SecretSource reads the server secret: from Secrets Manager when a secret
+// ARN is set (at cold start, then when the keys are refreshed or meet an
+// unknown key id: see crypto.Provider), else the plain secret.
+func SecretSource(c Config, awsCfg aws.Config) (crypto.Source, error) {
 	if c.SecretARN == "" && c.Secret == "" {
 		return nil, fmt.Errorf("config: set %s or %s", EnvSecretARN, EnvSecret)
 	}
-	secret := c.Secret
-	if c.SecretARN != "" {
-		out, err := secretsmanager.NewFromConfig(awsCfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &c.SecretARN})
+	if c.SecretARN == "" {
+		return func(context.Context) (string, error) { return c.Secret, nil }, nil
+	}
+	sm := secretsmanager.NewFromConfig(awsCfg)
+	return func(ctx context.Context) (string, error) {
+		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &c.SecretARN})
 		if err != nil {
-			return nil, fmt.Errorf("config: read secret %s: %w", c.SecretARN, err)
+			return "", fmt.Errorf("config: read secret %s: %w", c.SecretARN, err)
 		}
 		if out.SecretString == nil {
-			return nil, errors.New("config: the secret has no string value")
+			return "", errors.New("config: the secret has no string value")
 		}
-		secret = *out.SecretString
-	}
-	return crypto.ParseSecret(secret)
+		return *out.SecretString, nil
+	}, nil
 }

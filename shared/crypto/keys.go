@@ -1,11 +1,16 @@
 // Package crypto derives ExactOnce's keys from the server secret and uses
-// them: the PIN HMAC, ids derived from Idempotency-Keys, and AES-256-GCM
-// sealing of payloads. Each purpose has its own HKDF-derived key.
+// them: the PIN HMAC, AES-256-GCM sealing of payloads, keyed fingerprints of
+// request bodies, keyed digests of Idempotency-Keys (and the ids derived from
+// them) and keyed hashes for logs. Each purpose has its own HKDF-derived key,
+// so nothing stored or logged can be computed without the secret.
 //
 // The secret is either one string, or JSON {"current": "...", "previous":
-// ["...", ...]} during a rotation: payloads sealed under any listed secret
-// still open (the ciphertext names its key), PINs hashed under any listed
-// secret still match, and new material uses the current one.
+// ["...", ...], "ids": "..."} during a rotation: payloads sealed, PINs hashed
+// and fingerprints taken under any listed secret still work (each names its
+// key set by a key id), and new material uses the current one. Ids derived
+// from an Idempotency-Key and the stored digests of those keys must not change
+// with a rotation, so they come from the "ids" secret (default: current),
+// which the rotation procedure pins to the original secret.
 package crypto
 
 import (
@@ -15,9 +20,11 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"strings"
 )
 
@@ -31,40 +38,58 @@ const sealVersion = 1
 // unknown key: tampered data or a lost secret, never a wrong plaintext.
 var ErrOpen = errors.New("crypto: payload cannot be opened")
 
-// Keys holds the derived keys of every known secret, current first.
-type Keys struct{ sets []keySet }
+// Keys holds the derived keys of every known secret, current first, and the
+// rotation-stable naming key.
+type Keys struct {
+	sets  []keySet
+	names []byte // HMAC key for Idempotency-Key digests and key-derived ids
+}
 
 type keySet struct {
-	id      [4]byte // first bytes of SHA-256 of the payload key: names it in ciphertexts
+	id      [4]byte // first bytes of SHA-256 of the payload key: names the set
 	pin     []byte
-	ident   []byte
+	fp      []byte // request fingerprints
+	log     []byte // hashes written to logs
 	payload cipher.AEAD
 }
 
 // ParseSecret derives Keys from a secret string (see package doc).
 func ParseSecret(secret string) (*Keys, error) {
 	secrets := []string{secret}
+	idSecret := secret
 	if strings.HasPrefix(strings.TrimSpace(secret), "{") {
 		var doc struct {
 			Current  string   `json:"current"`
 			Previous []string `json:"previous"`
+			IDs      string   `json:"ids"`
 		}
 		if err := json.Unmarshal([]byte(secret), &doc); err != nil {
-			return nil, errors.New("crypto: secret JSON must be {\"current\": string, \"previous\": [string]}")
+			return nil, errors.New(`crypto: secret JSON must be {"current": string, "previous": [string], "ids": string}`)
 		}
 		secrets = append([]string{doc.Current}, doc.Previous...)
+		idSecret = doc.Current
+		if doc.IDs != "" {
+			idSecret = doc.IDs
+		}
 	}
 	k := &Keys{}
-	for i, s := range secrets {
+	for i, s := range append(secrets, idSecret) {
 		if len(s) < MinSecretLen {
 			return nil, fmt.Errorf("crypto: secret %d is shorter than %d bytes", i, MinSecretLen)
 		}
+	}
+	for _, s := range secrets {
 		set, err := derive([]byte(s))
 		if err != nil {
 			return nil, err
 		}
 		k.sets = append(k.sets, set)
 	}
+	names, err := hkdf.Key(sha256.New, []byte(idSecret), nil, "exactonce/v1/action-id", 32)
+	if err != nil {
+		return nil, fmt.Errorf("crypto: derive keys: %w", err)
+	}
+	k.names = names
 	return k, nil
 }
 
@@ -80,7 +105,8 @@ func derive(secret []byte) (keySet, error) {
 		return out
 	}
 	set.pin = key("pin")
-	set.ident = key("action-id")
+	set.fp = key("fingerprint")
+	set.log = key("log")
 	payloadKey := key("payload")
 	if err != nil {
 		return set, fmt.Errorf("crypto: derive keys: %w", err)
@@ -97,17 +123,54 @@ func derive(secret []byte) (keySet, error) {
 	return set, nil
 }
 
+// KeyID names the current key set: stored on an action whose PIN or payload
+// it protects, so a server can tell an item it cannot verify from a wrong PIN.
+func (k *Keys) KeyID() string { return hex.EncodeToString(k.sets[0].id[:]) }
+
+// KeyIDs names every known key set, current first.
+func (k *Keys) KeyIDs() []string {
+	out := make([]string, len(k.sets))
+	for i, set := range k.sets {
+		out[i] = hex.EncodeToString(set.id[:])
+	}
+	return out
+}
+
+// Knows reports whether id names a known key set ("" – no key – is known).
+func (k *Keys) Knows(id string) bool {
+	_, ok := k.set(id)
+	return ok || id == ""
+}
+
+func (k *Keys) set(id string) (keySet, bool) {
+	for _, set := range k.sets {
+		if hex.EncodeToString(set.id[:]) == id {
+			return set, true
+		}
+	}
+	return keySet{}, false
+}
+
 // PINHash is HMAC-SHA-256 of actionID and pin under the current PIN key.
 func (k *Keys) PINHash(actionID, pin string) []byte { return pinHash(k.sets[0].pin, actionID, pin) }
 
-// PINHashes is the PIN's HMAC under every known secret, current first, so a
-// PIN set before a rotation still matches.
-func (k *Keys) PINHashes(actionID, pin string) [][]byte {
-	out := make([][]byte, len(k.sets))
-	for i, set := range k.sets {
-		out[i] = pinHash(set.pin, actionID, pin)
+// PINMatches compares pin with a stored PIN hash made under key set keyID
+// (under every known set when keyID is "", as for items written before key
+// ids were stored), in constant time.
+func (k *Keys) PINMatches(keyID string, stored []byte, actionID, pin string) bool {
+	sets := k.sets
+	if keyID != "" {
+		set, ok := k.set(keyID)
+		if !ok {
+			return false
+		}
+		sets = []keySet{set}
 	}
-	return out
+	match := false
+	for _, set := range sets {
+		match = hmac.Equal(stored, pinHash(set.pin, actionID, pin)) || match // no early exit
+	}
+	return match
 }
 
 func pinHash(key []byte, actionID, pin string) []byte {
@@ -117,12 +180,50 @@ func pinHash(key []byte, actionID, pin string) []byte {
 	return m.Sum(nil)
 }
 
-// IdentDigest is a keyed digest of an Idempotency-Key under the current
-// secret: a create without an actionId derives its id from it, so a retry
-// lands on the same item while the id stays unguessable.
+// IdentDigest is a keyed digest of an Idempotency-Key under the naming key:
+// a create without an actionId derives its id from it, so a retry lands on
+// the same item, before and after a rotation, while the id stays unguessable.
 func (k *Keys) IdentDigest(idempotencyKey string) []byte {
-	m := hmac.New(sha256.New, k.sets[0].ident)
-	m.Write([]byte(idempotencyKey))
+	return mac(k.names, "id\x00", idempotencyKey)
+}
+
+// KeyDigest is the stored form of an Idempotency-Key (or any caller-chosen
+// name that must be compared but not kept): a keyed digest under the naming
+// key, stable across rotations. 128 bits, hex.
+func (k *Keys) KeyDigest(idempotencyKey string) string {
+	return hex.EncodeToString(mac(k.names, "key\x00", idempotencyKey)[:16])
+}
+
+// Fingerprint is the stored fingerprint of a canonical request body: an HMAC
+// under the current fingerprint key, prefixed by the key id ("kid:hex").
+func (k *Keys) Fingerprint(body []byte) string { return fingerprint(k.sets[0], body) }
+
+// Fingerprints is the body's fingerprint under every known key set, current
+// first: a retry compares with whichever its first attempt stored.
+func (k *Keys) Fingerprints(body []byte) []string {
+	out := make([]string, len(k.sets))
+	for i, set := range k.sets {
+		out[i] = fingerprint(set, body)
+	}
+	return out
+}
+
+func fingerprint(set keySet, body []byte) string {
+	m := hmac.New(sha256.New, set.fp)
+	m.Write(body)
+	return hex.EncodeToString(set.id[:]) + ":" + hex.EncodeToString(m.Sum(nil))
+}
+
+// LogHash is a short keyed hash for log lines: it correlates the requests of
+// one key without revealing the key, even to someone who can guess it.
+func (k *Keys) LogHash(s string) string {
+	return hex.EncodeToString(mac(k.sets[0].log, "", s)[:6])
+}
+
+func mac(key []byte, domain, s string) []byte {
+	var m hash.Hash = hmac.New(sha256.New, key)
+	m.Write([]byte(domain))
+	m.Write([]byte(s))
 	return m.Sum(nil)
 }
 
@@ -138,6 +239,14 @@ func (k *Keys) Seal(actionID string, plaintext []byte) []byte {
 	_, _ = rand.Read(nonce) // crypto/rand.Read never fails (Go 1.24+)
 	out = append(out, nonce...)
 	return set.payload.Seal(out, nonce, plaintext, []byte(actionID))
+}
+
+// SealedKeyID is the key id a sealed payload names ("" if it names none).
+func SealedKeyID(sealed []byte) string {
+	if len(sealed) < 5 || sealed[0] != sealVersion {
+		return ""
+	}
+	return hex.EncodeToString(sealed[1:5])
 }
 
 // Open decrypts a payload sealed by Seal under any known key.

@@ -49,9 +49,14 @@ func TestRotation(t *testing.T) {
 	if got, err := rotated.Open("a", sealed); err != nil || string(got) != "p" {
 		t.Fatalf("old payload after rotation: %q %v", got, err)
 	}
-	hashes := rotated.PINHashes("a", "1234")
-	if len(hashes) != 2 || !bytes.Equal(hashes[1], pin) || bytes.Equal(hashes[0], pin) {
-		t.Fatal("PINHashes must hold the current hash first and the old one after")
+	if !rotated.PINMatches(old.KeyID(), pin, "a", "1234") || !rotated.PINMatches("", pin, "a", "1234") {
+		t.Fatal("a PIN hashed under the previous secret no longer matches")
+	}
+	if rotated.PINMatches(rotated.KeyID(), pin, "a", "1234") || rotated.PINMatches(old.KeyID(), pin, "a", "9999") {
+		t.Fatal("PINMatches matched under the wrong key set or with a wrong PIN")
+	}
+	if bytes.Equal(rotated.PINHash("a", "1234"), pin) {
+		t.Fatal("new PINs must be hashed under the current secret")
 	}
 	if _, err := mustKeys(t, s2).Open("a", sealed); !errors.Is(err, ErrOpen) {
 		t.Fatal("a key that was dropped still opens")

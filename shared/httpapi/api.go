@@ -6,9 +6,9 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -36,7 +36,7 @@ const HeaderReplayed = "Idempotent-Replayed"
 // API serves the action routes.
 type API struct {
 	store *store.Store
-	keys  *crypto.Keys
+	keys  *crypto.Provider // nil for a function without the secret (GET /actions/{id})
 	log   *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
@@ -44,9 +44,10 @@ type API struct {
 	Metrics *telemetry.Metrics
 }
 
-// New returns an API over st, sealing and hashing with keys, logging one JSON
-// line per request to log.
-func New(st *store.Store, keys *crypto.Keys, log *slog.Logger) *API {
+// New returns an API over st, sealing and hashing with the keys of keys (nil
+// for a function that has no access to the secret), logging one JSON line
+// per request to log.
+func New(st *store.Store, keys *crypto.Provider, log *slog.Logger) *API {
 	return &API{store: st, keys: keys, log: log, Now: time.Now}
 }
 
@@ -65,36 +66,36 @@ func (a *API) Routes() map[string]Handler {
 func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return a.serve(ctx, RouteCreate, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		var req action.CreateRequest
-		r, err := readRequest(&ev, false, MaxBodyBytes, &req)
+		r, err := readRequest(&ev, c.keys, false, MaxBodyBytes, &req)
 		if err != nil {
 			return fail(err)
 		}
 		act, err := action.ValidateCreate(&req, a.Now())
+		if action.TooLateToCreate(err) && r.key != "" {
+			// Too late to write, but perhaps the retry of a create that was
+			// written in time: that one replays its 201.
+			return a.replayCreate(ctx, c, r, a.createID(c, r, req.ActionID), err)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		switch {
-		case act.ID != "":
-		case r.key != "":
-			act.ID = action.IDFromDigest(a.keys.IdentDigest(r.key))
-		default:
-			act.ID = action.NewID()
-		}
+		act.ID = a.createID(c, r, req.ActionID)
 		c.actionID = act.ID
 		if req.PIN != "" {
-			act.PINHash = a.keys.PINHash(act.ID, req.PIN)
+			act.PINHash = c.keys.PINHash(act.ID, req.PIN)
 		}
 		if req.Payload != nil {
-			act.Payload = a.keys.Seal(act.ID, req.Payload)
+			act.Payload = c.keys.Seal(act.ID, req.Payload)
 		}
-		act.Create = action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID}
+		if act.PINProtected() || act.Payload != nil {
+			act.KeyID = c.keys.KeyID()
+		}
+		act.Create = r.write(c.requestID)
 
-		created, err := a.store.Create(ctx, act)
+		created, err := a.store.Create(ctx, act, r.fingerprints)
 		var replay *action.Replay
 		if errors.As(err, &replay) {
-			old := replay.Action
-			c.outcome = "replayed"
-			return respond(http.StatusCreated, view(asCreated(old), old.CreatedAt), replayHeader(old.Create, r)), nil
+			return a.createReplayed(c, r, replay.Action)
 		}
 		if err != nil {
 			return fail(err)
@@ -102,6 +103,39 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		c.outcome = "created"
 		return respond(http.StatusCreated, view(created, created.CreatedAt), nil), nil
 	})
+}
+
+// createID is the id of a new action: the caller's, else derived from the
+// Idempotency-Key (a retry lands on the same item), else random.
+func (a *API) createID(c *call, r *request, chosen string) string {
+	switch {
+	case chosen != "":
+		return chosen
+	case r.rawKey != "":
+		return action.IDFromDigest(c.keys.IdentDigest(r.rawKey))
+	}
+	return action.NewID()
+}
+
+// replayCreate answers a keyed create whose expiresAt has passed: the 201 of
+// the create it retries, else the validation error invalid.
+func (a *API) replayCreate(ctx context.Context, c *call, r *request, id string, invalid error) (events.APIGatewayV2HTTPResponse, error) {
+	c.actionID = id
+	err := a.store.FindCreate(ctx, id, r.write(c.requestID), r.fingerprints, a.Now())
+	var replay *action.Replay
+	var rej *action.Rejection
+	switch {
+	case errors.As(err, &replay):
+		return a.createReplayed(c, r, replay.Action)
+	case err == nil, errors.As(err, &rej) && rej.Code == action.CodeExists:
+		return fail(invalid)
+	}
+	return fail(err)
+}
+
+func (a *API) createReplayed(c *call, r *request, old *action.Action) (events.APIGatewayV2HTTPResponse, error) {
+	c.outcome = "replayed"
+	return respond(http.StatusCreated, view(asCreated(old), old.CreatedAt), replayHeader(old.Create, r)), nil
 }
 
 // Get handles GET /actions/{actionId}. It never returns the payload.
@@ -128,22 +162,28 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 			return fail(err)
 		}
 		var req action.ConsumeRequest
-		r, err := readRequest(&ev, true, MaxBodyBytes, &req)
+		r, err := readRequest(&ev, c.keys, true, MaxBodyBytes, &req)
 		if err != nil {
 			return fail(err)
 		}
 		if err := action.ValidateConsume(&req); err != nil {
 			return fail(err)
 		}
-		cons := store.Consume{
-			Reason: req.Reason,
-			Write:  action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID},
-			Now:    a.Now(),
+		act, err := a.consume(ctx, c, id, &req, r)
+		var unknown *store.UnknownKeyError
+		if errors.As(err, &unknown) {
+			// Written by a function that has a newer secret: learn it (at most
+			// once per request) and try again; nothing was written.
+			keys, ok := a.keys.Learn(ctx, unknown.KeyID)
+			if !ok {
+				return fail(fmt.Errorf("%w: the server secret does not hold key set %s", errSecretBehind, unknown.KeyID))
+			}
+			c.keys = keys
+			if r, err = readRequest(&ev, c.keys, true, MaxBodyBytes, &req); err != nil {
+				return fail(err)
+			}
+			act, err = a.consume(ctx, c, id, &req, r)
 		}
-		if req.PIN != "" {
-			cons.PINHashes = a.keys.PINHashes(id, req.PIN)
-		}
-		act, err := a.store.Consume(ctx, id, cons)
 		var headers map[string]string
 		var replay *action.Replay
 		switch {
@@ -156,7 +196,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		}
 		v := view(act, act.ConsumedAt)
 		if act.Payload != nil {
-			plain, err := a.keys.Open(act.ID, act.Payload)
+			plain, err := a.open(ctx, c, act)
 			if err != nil {
 				return fail(err)
 			}
@@ -164,6 +204,31 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		}
 		return respond(http.StatusOK, v, headers), nil
 	})
+}
+
+func (a *API) consume(ctx context.Context, c *call, id string, req *action.ConsumeRequest, r *request) (*action.Action, error) {
+	cons := store.Consume{
+		Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
+		KeyIDs: c.keys.KeyIDs(), Now: a.Now(),
+	}
+	if req.PIN != "" {
+		keys, pin := c.keys, req.PIN
+		cons.PIN = func(act *action.Action) bool { return keys.PINMatches(act.KeyID, act.PINHash, act.ID, pin) }
+	}
+	return a.store.Consume(ctx, id, cons)
+}
+
+// open decrypts a consumed action's payload, learning a newer secret first
+// when the payload is sealed under a key set this function does not know.
+func (a *API) open(ctx context.Context, c *call, act *action.Action) ([]byte, error) {
+	if id := crypto.SealedKeyID(act.Payload); !c.keys.Knows(id) {
+		keys, ok := a.keys.Learn(ctx, id)
+		if !ok {
+			return nil, fmt.Errorf("%w: the server secret does not hold key set %s", errSecretBehind, id)
+		}
+		c.keys = keys
+	}
+	return c.keys.Open(act.ID, act.Payload)
 }
 
 // Cancel handles POST /actions/{actionId}/cancel. Canceling again answers
@@ -175,7 +240,7 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			return fail(err)
 		}
 		var req action.CancelRequest
-		r, err := readRequest(&ev, true, MaxBodyBytes, &req)
+		r, err := readRequest(&ev, c.keys, true, MaxBodyBytes, &req)
 		if err != nil {
 			return fail(err)
 		}
@@ -183,9 +248,7 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			return fail(err)
 		}
 		act, err := a.store.Cancel(ctx, id, store.Cancel{
-			Reason: req.Reason,
-			Write:  action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: c.requestID},
-			Now:    a.Now(),
+			Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: a.Now(),
 		})
 		var headers map[string]string
 		var replay *action.Replay
@@ -203,11 +266,16 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 // call is the per-request state the log line reports.
 type call struct {
+	keys      *crypto.Keys // this request's keys (nil without the secret)
 	requestID string
 	actionID  string
-	keyHash   string // of the {key} path parameter; never the key
+	keyHash   string // keyed hash of the {key} path parameter; never the key
 	outcome   string
 }
+
+// errSecretBehind: an item is under a key set the server secret does not
+// hold (yet): a rotation half done. Answered 503, nothing written.
+var errSecretBehind = errors.New("server secret is behind the data")
 
 // failure carries an error out of a route body to serve, which renders it.
 type failure struct{ err error }
@@ -227,6 +295,9 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	cold := telemetry.ColdStart()
 	ctx, dynamoRequests := telemetry.WithRequestCounter(ctx)
 	c := &call{requestID: ev.RequestContext.RequestID}
+	if a.keys != nil {
+		c.keys = a.keys.Keys(ctx)
+	}
 	if c.requestID == "" {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
@@ -252,10 +323,9 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	if c.keyHash != "" {
 		attrs = append(attrs, slog.String("keyHash", c.keyHash))
 	}
-	if k, ok := header(ev, "idempotency-key"); ok {
-		// Never the key itself: a short hash still correlates retries.
-		sum := sha256.Sum256([]byte(k))
-		attrs = append(attrs, slog.String("idempotencyKeyHash", hex.EncodeToString(sum[:6])))
+	if k, err := parseKey(headerOr(ev, "idempotency-key")); err == nil && c.keys != nil {
+		// Never the key itself: a short keyed hash still correlates retries.
+		attrs = append(attrs, slog.String("idempotencyKeyHash", c.keys.LogHash(k)))
 	}
 	a.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	a.Metrics.Emit([]telemetry.Dim{{Name: "Route", Value: route}, {Name: "Outcome", Value: c.outcome}},
@@ -283,7 +353,7 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 	case errors.As(err, &rej) && rej.Code != action.CodeInternal:
 		c.outcome = string(rej.Code)
 		return rejection(rej, c.requestID)
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, errSecretBehind):
 		c.outcome = string(action.CodeUnavailable)
 		a.log.LogAttrs(ctx, slog.LevelWarn, "dependency unavailable", slog.String("requestId", c.requestID), slog.String("error", err.Error()))
 		return errorResponse(action.CodeUnavailable, c.requestID, map[string]string{"Retry-After": "1"})
@@ -306,7 +376,7 @@ func pathID(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 // replayHeader marks a response as replayed when the request carries the
 // Idempotency-Key and body of the call that performed the operation.
 func replayHeader(w action.Write, r *request) map[string]string {
-	if action.IsReplayOf(w, r.key, r.fingerprint) {
+	if action.IsReplayOf(w, r.key, r.fingerprints) {
 		return map[string]string{HeaderReplayed: "true"}
 	}
 	return nil

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"math"
 	"net/http"
@@ -44,7 +42,7 @@ type KeyView struct {
 	CompletedAt    string         `json:"completedAt,omitempty"`
 	ReleasedAt     string         `json:"releasedAt,omitempty"`
 	LastError      string         `json:"lastError,omitempty"`
-	Response       jsontext.Value `json:"response,omitempty"`
+	Response       jsontext.Value `json:"response,omitzero"`
 }
 
 func keyView(k *idemkey.Key, at time.Time) *KeyView {
@@ -69,7 +67,7 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return fail(err)
 		}
 		var req idemkey.ClaimRequest
-		r, err := readRequest(&ev, false, MaxBodyBytes, &req)
+		r, err := readRequest(&ev, c.keys, false, MaxBodyBytes, &req)
 		if err != nil {
 			return fail(err)
 		}
@@ -80,7 +78,7 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		now := a.Now()
 		k, err := a.store.ClaimKey(ctx, name, store.Claim{
 			Fingerprint: req.Fingerprint, Lease: lease, Token: idemkey.NewToken(),
-			Write: action.Write{Key: r.key, RequestID: c.requestID}, Now: now,
+			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: now,
 		})
 		var replay *idemkey.Replay
 		switch {
@@ -114,7 +112,7 @@ func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 			return fail(err)
 		}
 		var req idemkey.CompleteRequest
-		if _, err := readRequest(&ev, false, MaxKeyBodyBytes, &req); err != nil {
+		if _, err := readRequest(&ev, c.keys, false, MaxKeyBodyBytes, &req); err != nil {
 			return fail(err)
 		}
 		if err := idemkey.ValidateComplete(&req); err != nil {
@@ -139,7 +137,7 @@ func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 			return fail(err)
 		}
 		var req idemkey.ReleaseRequest
-		if _, err := readRequest(&ev, false, MaxBodyBytes, &req); err != nil {
+		if _, err := readRequest(&ev, c.keys, false, MaxBodyBytes, &req); err != nil {
 			return fail(err)
 		}
 		if err := idemkey.ValidateRelease(&req); err != nil {
@@ -184,14 +182,15 @@ func (a *API) GetKey(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 }
 
 // pathKey reads and checks the {key} path parameter. The log gets a short
-// hash of it, as of an Idempotency-Key header: a key may carry meaning.
+// keyed hash of it, as of an Idempotency-Key header: a key may carry meaning.
 func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 	name := ev.PathParameters["key"]
 	if err := idemkey.ValidateName(name); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(name))
-	c.keyHash = hex.EncodeToString(sum[:6])
+	if c.keys != nil {
+		c.keyHash = c.keys.LogHash(name)
+	}
 	return name, nil
 }
 

@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"strings"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/crypto"
 )
 
 // MaxBodyBytes bounds a request body; larger bodies get 413 before parsing.
@@ -21,11 +20,23 @@ const MaxBodyBytes = 64 << 10
 // MaxKeyLen bounds the Idempotency-Key header.
 const MaxKeyLen = 255
 
-// request is the decoded, validated envelope of one API call.
+// request is the decoded, validated envelope of one API call. Nothing in it
+// that is stored or logged can be computed without the server secret.
 type request struct {
-	body        []byte // raw JSON ("{}" for an empty body)
-	key         string // Idempotency-Key, "" when absent
-	fingerprint string // SHA-256 of the canonical JSON body
+	body   []byte // raw JSON ("{}" for an empty body)
+	rawKey string // Idempotency-Key as sent (bare form), "" when absent: never stored
+	canon  []byte // canonical JSON of the body
+	// key is the stored form of the Idempotency-Key: its keyed digest.
+	key string
+	// fingerprint is the body's keyed fingerprint under the current key set,
+	// fingerprints under every known set (a retry after a rotation matches).
+	fingerprint  string
+	fingerprints []string
+}
+
+// write is the record of this request an operation stores.
+func (r *request) write(requestID string) action.Write {
+	return action.Write{Key: r.key, Fingerprint: r.fingerprint, RequestID: requestID}
 }
 
 // errTooLarge marks a body over MaxBodyBytes.
@@ -33,8 +44,8 @@ var errTooLarge = errors.New("request body too large")
 
 // readRequest extracts the body (at most limit bytes; an empty body reads as
 // {} when emptyOK) and the Idempotency-Key of an API Gateway event, and
-// decodes the body strictly into v, fingerprinting it.
-func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int, v any) (*request, error) {
+// decodes the body strictly into v, fingerprinting it with keys.
+func readRequest(ev *events.APIGatewayV2HTTPRequest, keys *crypto.Keys, emptyOK bool, limit int, v any) (*request, error) {
 	raw := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		if base64.StdEncoding.DecodedLen(len(ev.Body)) > limit+3 {
@@ -55,16 +66,52 @@ func readRequest(ev *events.APIGatewayV2HTTPRequest, emptyOK bool, limit int, v 
 		raw = []byte("{}")
 	}
 	r := &request{body: raw}
-	if k, ok := header(ev, "idempotency-key"); ok {
-		if k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
-			return nil, &action.InvalidError{Field: "Idempotency-Key", Message: "must be 1 to 255 printable ASCII characters"}
+	if h, ok := header(ev, "idempotency-key"); ok {
+		k, err := parseKey(h)
+		if err != nil {
+			return nil, err
 		}
-		r.key = k
+		r.rawKey, r.key = k, keys.KeyDigest(k)
 	}
 	if err := r.decode(v); err != nil {
 		return nil, err
 	}
+	r.fingerprint, r.fingerprints = keys.Fingerprint(r.canon), keys.Fingerprints(r.canon)
 	return r, nil
+}
+
+// parseKey reads an Idempotency-Key header: the bare form (8e03978e-40d5)
+// or, as the IETF draft sends it, a Structured Field string
+// ("8e03978e-40d5", with \" and \\ escapes). Both forms of one key are the
+// same key.
+func parseKey(h string) (string, error) {
+	bad := &action.InvalidError{Field: "Idempotency-Key",
+		Message: `must be 1 to 255 printable ASCII characters, bare or as a quoted string ("...")`}
+	k := h
+	if strings.HasPrefix(h, `"`) {
+		if len(h) < 2 || !strings.HasSuffix(h, `"`) {
+			return "", bad
+		}
+		var out strings.Builder
+		inner := h[1 : len(h)-1]
+		for i := 0; i < len(inner); i++ {
+			c := inner[i]
+			switch {
+			case c == '\\' && i+1 < len(inner) && (inner[i+1] == '"' || inner[i+1] == '\\'):
+				i++
+				out.WriteByte(inner[i])
+			case c == '\\' || c == '"':
+				return "", bad
+			default:
+				out.WriteByte(c)
+			}
+		}
+		k = out.String()
+	}
+	if k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
+		return "", bad
+	}
+	return k, nil
 }
 
 // decode parses the body strictly into v: one JSON object, no unknown or
@@ -80,8 +127,7 @@ func (r *request) decode(v any) error {
 	if err := json.Unmarshal(r.body, v, json.RejectUnknownMembers(true)); err != nil {
 		return fieldError(err)
 	}
-	sum := sha256.Sum256(canon)
-	r.fingerprint = hex.EncodeToString(sum[:])
+	r.canon = canon
 	return nil
 }
 
@@ -151,6 +197,12 @@ func header(ev *events.APIGatewayV2HTTPRequest, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// headerOr is the header's value, "" when absent.
+func headerOr(ev *events.APIGatewayV2HTTPRequest, name string) string {
+	v, _ := header(ev, name)
+	return v
 }
 
 func printableASCII(s string) bool {

@@ -31,7 +31,7 @@ type View struct {
 	PINProtected         bool              `json:"pinProtected"`
 	PINAttemptsRemaining *int              `json:"pinAttemptsRemaining,omitempty"`
 	LockedAt             string            `json:"lockedAt,omitempty"`
-	Payload              jsontext.Value    `json:"payload,omitempty"`
+	Payload              jsontext.Value    `json:"payload,omitzero"`
 }
 
 // view renders a as it reads at instant at. The payload is added by the
@@ -106,7 +106,7 @@ func Status(c action.Code) int {
 		return http.StatusGone
 	case action.CodeLocked:
 		return http.StatusLocked
-	case action.CodeInvalidPIN:
+	case action.CodeInvalidPIN, action.CodePINRequired:
 		return http.StatusForbidden
 	case action.CodeKeyReused:
 		return http.StatusUnprocessableEntity
@@ -125,7 +125,8 @@ var messages = map[action.Code]string{
 	action.CodeExpired:     "the action has expired",
 	action.CodeNotActive:   "the action is not active yet",
 	action.CodeLocked:      "too many wrong PINs: the action is locked",
-	action.CodeInvalidPIN:  "the PIN is missing or wrong",
+	action.CodeInvalidPIN:  "the PIN is wrong",
+	action.CodePINRequired: "this action is PIN-protected: send pin (no attempt was counted)",
 	action.CodeKeyReused:   "this Idempotency-Key was used with a different request body",
 	action.CodeUnavailable: "the action store is unavailable; retry after the given delay",
 	action.CodeInternal:    "internal error",
@@ -149,6 +150,8 @@ func rejection(r *action.Rejection, requestID string) events.APIGatewayV2HTTPRes
 		case action.CodeInvalidPIN:
 			n := a.PINAttemptsRemaining()
 			body.AttemptsRemaining = &n
+		case action.CodePINRequired:
+			body.Field = "pin"
 		}
 	}
 	return respond(Status(r.Code), body, nil)

@@ -9,6 +9,7 @@ package idemkey
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -123,8 +124,10 @@ func NewToken() string {
 // ClaimAttempt is one claim as classification needs it.
 type ClaimAttempt struct {
 	Now         time.Time
-	Fingerprint string
-	Write       action.Write // the claim request's Idempotency-Key and request id
+	Fingerprint string       // the caller's fingerprint of its side effect's parameters
+	Write       action.Write // the claim request's Idempotency-Key, body fingerprint and request id
+	// Fingerprints is the claim request body's fingerprint under every known key set.
+	Fingerprints []string
 }
 
 // ClassifyClaim explains a refused claim from the key the write saw.
@@ -141,7 +144,7 @@ func ClassifyClaim(old *Key, at ClaimAttempt) error {
 	if !old.CompletedAt.IsZero() {
 		return &Replay{Key: old}
 	}
-	if old.StateAt(at.Now) == StateInProgress && sameCall(old.Claim, at.Write) {
+	if old.StateAt(at.Now) == StateInProgress && sameCall(old.Claim, at) {
 		return &Replay{Key: old}
 	}
 	if old.StateAt(at.Now) == StateInProgress {
@@ -150,10 +153,14 @@ func ClassifyClaim(old *Key, at ClaimAttempt) error {
 	return reject(CodeInternal, old)
 }
 
-// sameCall reports whether w and this attempt are the same request: the
-// same API request id (an SDK retry) or the same Idempotency-Key.
-func sameCall(w, this action.Write) bool {
-	return this.RequestID != "" && w.RequestID == this.RequestID || this.Key != "" && w.Key == this.Key
+// sameCall reports whether the claim that holds the lease (w) and this
+// attempt are the same request: the same API request id (an SDK retry) or
+// the same Idempotency-Key, and in either case the same request body. Only
+// that retry gets the holder's token back; another body under the same key
+// (say, another leaseSeconds) is another caller.
+func sameCall(w action.Write, at ClaimAttempt) bool {
+	sameBody := w.Fingerprint != "" && slices.Contains(at.Fingerprints, w.Fingerprint)
+	return sameBody && (at.Write.RequestID != "" && w.RequestID == at.Write.RequestID || at.Write.Key != "" && w.Key == at.Write.Key)
 }
 
 // ClassifyComplete explains a refused complete: the same token completing
@@ -207,7 +214,7 @@ type ReleaseRequest struct {
 // ValidateName checks a key name (a path segment): 1 to 255 characters of
 // [A-Za-z0-9._:~-]. Callers with other keys send a hash of them.
 func ValidateName(name string) error {
-	return action.ValidateToken("key", name, MaxNameLen, "~")
+	return action.ValidatePathSegment("key", name, MaxNameLen, "~")
 }
 
 // ValidateClaim checks a claim and returns its lease.
@@ -236,10 +243,7 @@ func ValidateComplete(r *CompleteRequest) error {
 	if len(r.Response) == 0 {
 		return &action.InvalidError{Field: "response", Message: "is required (any JSON value)"}
 	}
-	if len(r.Response) > MaxResponseBytes {
-		return &action.InvalidError{Field: "response", Message: "is larger than 65536 bytes"}
-	}
-	return nil
+	return action.ValidateJSON("response", r.Response, MaxResponseBytes)
 }
 
 // ValidateRelease checks a release request.

@@ -11,7 +11,7 @@ import (
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 func held(mut func(*Key)) *Key {
-	k := &Key{Name: "k", Fingerprint: "f", Token: "t1", LeaseExpiresAt: now.Add(time.Minute), Claim: action.Write{Key: "ik", RequestID: "r1"}}
+	k := &Key{Name: "k", Fingerprint: "f", Token: "t1", LeaseExpiresAt: now.Add(time.Minute), Claim: action.Write{Key: "ik", Fingerprint: "body1", RequestID: "r1"}}
 	if mut != nil {
 		mut(k)
 	}
@@ -44,8 +44,12 @@ func TestClassifyClaim(t *testing.T) {
 		{"completed replays", held(completed), ClaimAttempt{Now: now, Fingerprint: "f"}, "replay"},
 		{"held by another", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "other", RequestID: "r2"}}, "in_progress"},
 		{"held, no key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r2"}}, "in_progress"},
-		{"own claim by key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}}, "replay"},
-		{"own claim by SDK retry", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}}, "replay"},
+		{"own claim by key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body1"}}, "replay"},
+		{"own claim by SDK retry", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body1"}}, "replay"},
+		// The same key with another body (say another leaseSeconds) is not the
+		// holder's retry: it must not get the live token.
+		{"same key, other body", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body2"}}, "in_progress"},
+		{"same request id, other body", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body2"}}, "in_progress"},
 		{"claimable yet refused is a bug", held(func(k *Key) { k.Token = "" }), ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
 		{"nothing there is a bug", nil, ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
 	} {

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -28,7 +29,10 @@ const (
 	attrPINHash        = "pinHash"
 	attrPINFailures    = "pinFailures"
 	attrMaxPINAttempts = "maxPinAttempts"
-	attrPINFailedAt    = "pinFailedAt" // list of times of wrong PINs; the max-th is lockedAt
+	attrPINFailedAt    = "pinFailedAt" // list of times of PIN guesses; the one that locked is the last
+	attrPINTry         = "pinTry:"     // + action.TryToken: the guess's place in the count
+	attrPINTryFP       = "pinTryFp:"   // + action.TryToken: the guess's request fingerprint
+	attrKeyID          = "keyId"       // key set of the PIN hash and the sealed payload
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
 	attrExpShard       = "expShard" // only while open: the sparse expiry index's partition key
@@ -77,6 +81,7 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 		PINFailures:    int(d.num(attrPINFailures)),
 		MaxPINAttempts: int(d.num(attrMaxPINAttempts)),
 		Payload:        d.bin(attrPayload),
+		KeyID:          d.str(attrKeyID),
 		Create:         action.Write{Key: d.str(attrCreateKey), Fingerprint: d.str(attrCreateFP), RequestID: d.str(attrCreateReq)},
 		Consume:        action.Write{Key: d.str(attrConsumeKey), Fingerprint: d.str(attrConsumeFP), RequestID: d.str(attrConsumeReq)},
 		Cancel:         action.Write{Key: d.str(attrCancelKey), Fingerprint: d.str(attrCancelFP), RequestID: d.str(attrCancelReq)},
@@ -93,10 +98,19 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 		}
 	}
 	if a.Locked() {
-		if l, ok := item[attrPINFailedAt].(*types.AttributeValueMemberL); ok && len(l.Value) >= a.MaxPINAttempts {
-			if sv, ok := l.Value[a.MaxPINAttempts-1].(*types.AttributeValueMemberS); ok {
+		// No guess is counted after the one that locked: it is the last.
+		if l, ok := item[attrPINFailedAt].(*types.AttributeValueMemberL); ok && len(l.Value) > 0 {
+			if sv, ok := l.Value[len(l.Value)-1].(*types.AttributeValueMemberS); ok {
 				a.LockedAt, _ = time.Parse(time.RFC3339Nano, sv.Value)
 			}
+		}
+	}
+	for name := range item {
+		if token, ok := strings.CutPrefix(name, attrPINTry); ok {
+			if a.PINTries == nil {
+				a.PINTries = map[string]action.PINTry{}
+			}
+			a.PINTries[token] = action.PINTry{N: int(d.num(name)), Fingerprint: d.str(attrPINTryFP + token)}
 		}
 	}
 	if a.ID == "" || a.UserID == "" {

@@ -37,6 +37,7 @@ const (
 	attrKeyRelToken  = "releasedToken"
 	attrKeyClaimKey  = "claimKey"
 	attrKeyClaimReq  = "claimRequestId"
+	attrKeyClaimFP   = "claimFingerprint" // keyed fingerprint of the claim request's body
 )
 
 // The conditions of the key transitions.
@@ -51,11 +52,12 @@ const (
 
 // Claim is a request to claim a key.
 type Claim struct {
-	Fingerprint string
-	Lease       time.Duration
-	Token       string // the new fencing token (idemkey.NewToken)
-	Write       action.Write
-	Now         time.Time
+	Fingerprint  string
+	Lease        time.Duration
+	Token        string // the new fencing token (idemkey.NewToken)
+	Write        action.Write
+	Fingerprints []string // the claim request body's under every known key set
+	Now          time.Time
 }
 
 // ClaimKey takes the key for one holder with one conditional write: a new
@@ -73,6 +75,7 @@ func (st *Store) ClaimKey(ctx context.Context, name string, c Claim) (*idemkey.K
 	u.set(attrTTL, n(now.Add(st.keyRetention+c.Lease).Unix()))
 	u.adds = append(u.adds, u.name(attrKeyAttempts)+" "+u.value("one", n(1)))
 	u.set(attrKeyClaimReq, s(c.Write.RequestID))
+	u.set(attrKeyClaimFP, s(c.Write.Fingerprint))
 	if c.Write.Key != "" {
 		u.set(attrKeyClaimKey, s(c.Write.Key))
 	} else {
@@ -97,7 +100,7 @@ func (st *Store) ClaimKey(ctx context.Context, name string, c Claim) (*idemkey.K
 	if err != nil {
 		return nil, err
 	}
-	return nil, idemkey.ClassifyClaim(old, idemkey.ClaimAttempt{Now: now, Fingerprint: c.Fingerprint, Write: c.Write})
+	return nil, idemkey.ClassifyClaim(old, idemkey.ClaimAttempt{Now: now, Fingerprint: c.Fingerprint, Write: c.Write, Fingerprints: c.Fingerprints})
 }
 
 // CompleteKey stores the response of the holder of token with one
@@ -126,7 +129,7 @@ func (st *Store) ReleaseKey(ctx context.Context, name, token, errText string, no
 	}
 	u.set(attrTTL, n(now.Add(st.keyRetention).Unix()))
 	u.adds = append(u.adds, u.name(attrKeyFailures)+" "+u.value("one", n(1)))
-	for _, a := range []string{attrKeyToken, attrKeyLeaseMs, attrKeyClaimKey, attrKeyClaimReq} {
+	for _, a := range []string{attrKeyToken, attrKeyLeaseMs, attrKeyClaimKey, attrKeyClaimReq, attrKeyClaimFP} {
 		u.remove(a)
 	}
 	u.value("token", s(token))
@@ -192,7 +195,7 @@ func decodeKey(item map[string]types.AttributeValue) (*idemkey.Key, error) {
 		Failures:       int(d.num(attrKeyFailures)),
 		LastError:      d.str(attrKeyLastError),
 		ReleasedToken:  d.str(attrKeyRelToken),
-		Claim:          action.Write{Key: d.str(attrKeyClaimKey), RequestID: d.str(attrKeyClaimReq)},
+		Claim:          action.Write{Key: d.str(attrKeyClaimKey), Fingerprint: d.str(attrKeyClaimFP), RequestID: d.str(attrKeyClaimReq)},
 		ExpiresAt:      time.Unix(d.num(attrTTL), 0).UTC(),
 	}
 	if r := d.str(attrKeyResponse); r != "" {

@@ -7,9 +7,9 @@ package store
 
 import (
 	"context"
-	"crypto/hmac"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,17 +84,18 @@ const (
 	condOpen = "attribute_exists({actionId}) AND attribute_not_exists({consumedAt})" +
 		" AND attribute_not_exists({canceledAt}) AND attribute_not_exists({expiredAt})" +
 		" AND {expiresAtMs} > :nowMs"
-	// consumable: open, active, and (for a PIN-protected action) not locked.
+	// consumable: open and active.
 	condConsumable = condOpen + " AND {activeAtMs} <= :nowMs"
 	condNoPIN      = " AND attribute_not_exists({pinHash})"
-	condPIN        = " AND (attribute_not_exists({pinHash}) OR ({pinHash} IN (%s) AND {pinFailures} < {maxPinAttempts}))"
-	condWrongPIN   = " AND attribute_exists({pinHash}) AND {pinFailures} < {maxPinAttempts}"
+	// a guess may be reserved while guesses remain.
+	condGuessLeft = "attribute_exists({pinHash}) AND {pinFailures} < {maxPinAttempts}"
 )
 
 // Create writes a new action; the item must not exist. On a failed condition
 // it returns the domain's classification: *action.Replay for a retry of the
-// same call, a *action.Rejection otherwise.
-func (st *Store) Create(ctx context.Context, a *action.Action) (*action.Action, error) {
+// same call, a *action.Rejection otherwise. fingerprints are the request's
+// under every known key set (a retry matches whichever its first attempt stored).
+func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []string) (*action.Action, error) {
 	u := newUpdate()
 	u.set(attrUserID, s(a.UserID))
 	u.setIf(attrKind, a.Kind)
@@ -115,9 +116,10 @@ func (st *Store) Create(ctx context.Context, a *action.Action) (*action.Action, 
 		u.set(attrPINFailures, n(0))
 		u.set(attrMaxPINAttempts, n(int64(a.MaxPINAttempts)))
 	}
-	if len(a.Payload) > 0 {
+	if a.Payload != nil {
 		u.set(attrPayload, b(a.Payload))
 	}
+	u.setIf(attrKeyID, a.KeyID)
 	setWrite(u, attrCreateKey, attrCreateFP, attrCreateReq, a.Create)
 	cond := u.cond("attribute_not_exists({actionId})")
 
@@ -126,9 +128,26 @@ func (st *Store) Create(ctx context.Context, a *action.Action) (*action.Action, 
 		return nil, err
 	}
 	if old != nil {
-		return nil, action.ClassifyCreate(old, action.Attempt{Key: a.Create.Key, Fingerprint: a.Create.Fingerprint, RequestID: a.Create.RequestID})
+		at := action.Attempt{Key: a.Create.Key, Fingerprints: fingerprints, RequestID: a.Create.RequestID}
+		return nil, st.spendIfGuess(ctx, a.ID, a.CreatedAt, action.ClassifyCreate(old, at))
 	}
 	return a, nil
+}
+
+// FindCreate answers a create that can no longer be written (its expiresAt
+// has passed) but may be the retry of one that was: with one consistent read
+// it returns the domain's classification of the create against the item, or
+// nil when there is no such item.
+func (st *Store) FindCreate(ctx context.Context, id string, w action.Write, fingerprints []string, now time.Time) error {
+	a, err := st.Get(ctx, id)
+	var r *action.Rejection
+	switch {
+	case errors.As(err, &r) && r.Code == action.CodeNotFound:
+		return nil
+	case err != nil:
+		return err
+	}
+	return st.spendIfGuess(ctx, id, now, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
 }
 
 // Get reads an action with a strongly consistent read.
@@ -147,81 +166,166 @@ func (st *Store) Get(ctx context.Context, id string) (*action.Action, error) {
 	return Decode(out.Item)
 }
 
+// UnknownKeyError means the action's PIN or payload is under a key set this
+// server does not know (another function was rotated first): nothing was
+// written, and the caller reloads the secret and tries again.
+type UnknownKeyError struct{ KeyID string }
+
+func (e *UnknownKeyError) Error() string { return "store: action is under unknown key set " + e.KeyID }
+
 // Consume is a request to consume an action.
 type Consume struct {
 	Reason string
-	// PINHashes are the HMACs of the presented PIN under every known secret
-	// (none when no PIN was presented); the condition compares them with the
-	// stored hash inside the write.
-	PINHashes [][]byte
-	Write     action.Write
-	Now       time.Time
+	// PIN is nil when the request carried no PIN; else it reports whether
+	// the presented PIN matches the action's stored hash.
+	PIN          func(*action.Action) bool
+	Write        action.Write
+	Fingerprints []string // the request's under every known key set
+	// KeyIDs are the key sets this server knows: an action under another
+	// is refused before anything is written (see UnknownKeyError).
+	KeyIDs []string
+	Now    time.Time
 }
 
-// Consume moves the action to consumed with one conditional write and returns
-// it as written. A wrong or missing PIN on a protected action costs a second
-// write that counts the failure atomically; its result is a Rejection with
-// code invalid_pin (or whatever the count write found instead).
+// Consume moves the action to consumed and returns it as written.
+//
+// Without a PIN it is one conditional write. With a PIN the guess is counted
+// before it is compared, so at most maxPinAttempts guesses are ever
+// evaluated whatever the concurrency: write 1 reserves a guess (the count
+// grows by one, recorded under the request's TryToken with its fingerprint,
+// only while guesses remain), and returns the item; the PIN is compared with
+// it; a wrong PIN is answered at once (1 request), a right one consumes with
+// write 2, which gives the reservation back. A retry of the same request (a
+// lost answer the SDK re-sends, the same Idempotency-Key) finds its own
+// reservation and answers as the first time, counting nothing.
 func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Action, error) {
 	now := action.Millis(c.Now)
+	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID, PINPresented: c.PIN != nil}
+	if c.PIN == nil {
+		return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
+	}
+	token := action.TryToken(c.Write)
 	u := newUpdate()
-	u.set(attrConsumedAt, ts(now))
+	st.countGuess(u, now)
+	u.sets = append(u.sets, u.name(attrPINTry+token)+" = "+u.name(attrPINFailures)+" + :one")
+	u.set(attrPINTryFP+token, s(c.Write.Fingerprint))
+	u.value("nowMs", n(now.UnixMilli()))
+	cond := condConsumable + " AND " + condGuessLeft + " AND attribute_not_exists({" + attrPINTry + token + "})" + st.knownKeys(u, c.KeyIDs)
+	reserved, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
+	if err != nil {
+		return nil, err
+	}
+	if old == nil {
+		return st.judgeGuess(ctx, id, c, at, reserved, reserved.PINTries[token])
+	}
+	if try, ok := old.PINTries[token]; ok { // this request's own guess, retried
+		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
+			return nil, action.Reject(action.CodeKeyReused, old)
+		}
+		return st.judgeGuess(ctx, id, c, at, old, try)
+	}
+	why := action.ClassifyConsume(old, at)
+	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal {
+		switch {
+		case !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "":
+			return nil, &UnknownKeyError{KeyID: old.KeyID}
+		case !old.PINProtected(): // a PIN for an action that has none: a plain consume
+			return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
+		}
+	}
+	return nil, st.spendIfGuess(ctx, id, now, why)
+}
+
+// judgeGuess compares the PIN of a reserved guess (try) with the item: a
+// wrong one is answered with the attempts that remained after it, a right
+// one consumes.
+func (st *Store) judgeGuess(ctx context.Context, id string, c Consume, at action.Attempt, a *action.Action, try action.PINTry) (*action.Action, error) {
+	if !c.PIN(a) {
+		seen := *a
+		seen.PINFailures = try.N
+		return nil, action.Reject(action.CodeInvalidPIN, &seen)
+	}
+	refund := func(u *update) {
+		u.sets = append(u.sets, u.name(attrPINFailures)+" = "+u.name(attrPINFailures)+" - :one")
+		u.value("one", n(1))
+	}
+	return st.consume(ctx, id, c, at, condConsumable+" AND attribute_exists({"+attrPINTry+action.TryToken(c.Write)+"})", refund)
+}
+
+// consume is the consuming write under cond (plus: the action's key set is
+// known), with extra updates; a refusal is classified.
+func (st *Store) consume(ctx context.Context, id string, c Consume, at action.Attempt, cond string, extra func(*update)) (*action.Action, error) {
+	u := newUpdate()
+	u.set(attrConsumedAt, ts(at.Now))
 	u.setIf(attrConsumedReason, c.Reason)
-	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	u.set(attrTTL, n(at.Now.Add(st.retention).Unix()))
 	u.remove(attrExpShard) // finished: out of the expiry index, in the same write
 	setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
-	u.value("nowMs", n(now.UnixMilli()))
-	cond := condConsumable + condNoPIN
-	if len(c.PINHashes) > 0 {
-		placeholders := make([]string, len(c.PINHashes))
-		for i, h := range c.PINHashes {
-			placeholders[i] = u.value(fmt.Sprintf("pin%d", i), b(h))
-		}
-		cond = condConsumable + fmt.Sprintf(condPIN, strings.Join(placeholders, ", "))
+	u.value("nowMs", n(at.Now.UnixMilli()))
+	if extra != nil {
+		extra(u)
 	}
-
-	written, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
+	written, old, err := st.update(ctx, id, u, u.cond(cond+st.knownKeys(u, c.KeyIDs)), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err
 	}
 	if old == nil {
 		return written, nil
 	}
-	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprint: c.Write.Fingerprint, RequestID: c.Write.RequestID,
-		PINMatches: pinMatches(old.PINHash, c.PINHashes)}
 	why := action.ClassifyConsume(old, at)
-	var r *action.Rejection
-	if errors.As(why, &r) && r.Code == action.CodeInvalidPIN {
-		return nil, st.countWrongPIN(ctx, id, at)
+	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "" {
+		return nil, &UnknownKeyError{KeyID: old.KeyID}
 	}
-	return nil, why
+	return nil, st.spendIfGuess(ctx, id, at.Now, why)
 }
 
-// countWrongPIN records one wrong PIN with ADD, so concurrent wrong attempts
-// neither lose a count nor count past the limit (the condition stops at it).
-// The time of each failure is appended; the max-th one is when it locked.
-func (st *Store) countWrongPIN(ctx context.Context, id string, at action.Attempt) error {
+// knownKeys is the condition that the action is under one of the key sets
+// this server knows (or under none).
+func (st *Store) knownKeys(u *update, ids []string) string {
+	if len(ids) == 0 {
+		return " AND attribute_not_exists({" + attrKeyID + "})"
+	}
+	ph := make([]string, len(ids))
+	for i, id := range ids {
+		ph[i] = u.value(fmt.Sprintf("key%d", i), s(id))
+	}
+	return " AND (attribute_not_exists({" + attrKeyID + "}) OR {" + attrKeyID + "} IN (" + strings.Join(ph, ", ") + "))"
+}
+
+// countGuess adds to u: one more guess counted, and its time.
+func (st *Store) countGuess(u *update, now time.Time) {
+	u.sets = append(u.sets, u.name(attrPINFailures)+" = "+u.name(attrPINFailures)+" + "+u.value("one", n(1)),
+		u.name(attrPINFailedAt)+" = list_append(if_not_exists("+u.name(attrPINFailedAt)+", "+
+			u.value("empty", &types.AttributeValueMemberL{Value: []types.AttributeValue{}})+"), "+
+			u.value("failedAt", &types.AttributeValueMemberL{Value: []types.AttributeValue{ts(now)}})+")")
+}
+
+// spendIfGuess passes why through, unless it is a refusal that compared the
+// request with a stored body holding the PIN (action.IsGuess): then that
+// comparison is counted like any guess, with one conditional write, and
+// once no guess is left the answer is locked.
+func (st *Store) spendIfGuess(ctx context.Context, id string, now time.Time, why error) error {
+	if !action.IsGuess(why) {
+		return why
+	}
 	u := newUpdate()
-	u.adds = append(u.adds, u.name(attrPINFailures)+" "+u.value("one", n(1)))
-	u.sets = append(u.sets, u.name(attrPINFailedAt)+" = list_append(if_not_exists("+u.name(attrPINFailedAt)+", "+
-		u.value("empty", &types.AttributeValueMemberL{Value: []types.AttributeValue{}})+"), "+
-		u.value("failedAt", &types.AttributeValueMemberL{Value: []types.AttributeValue{ts(at.Now)}})+")")
-	u.value("nowMs", n(at.Now.UnixMilli()))
-	written, old, err := st.update(ctx, id, u, u.cond(condConsumable+condWrongPIN), types.ReturnValueAllNew)
-	if err != nil {
+	st.countGuess(u, action.Millis(now))
+	written, old, err := st.update(ctx, id, u, u.cond(condGuessLeft), types.ReturnValueAllNew)
+	switch {
+	case err != nil:
 		return err
+	case old != nil:
+		return action.Reject(action.CodeLocked, old)
 	}
-	if old != nil {
-		return action.ClassifyConsume(old, at)
-	}
-	return action.Reject(action.CodeInvalidPIN, written)
+	return action.Reject(action.CodeKeyReused, written)
 }
 
 // Cancel is a request to cancel an action.
 type Cancel struct {
-	Reason string
-	Write  action.Write
-	Now    time.Time
+	Reason       string
+	Write        action.Write
+	Fingerprints []string // the request's under every known key set
+	Now          time.Time
 }
 
 // Cancel marks an open action canceled with one conditional write. Canceling
@@ -241,7 +345,7 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 		return nil, err
 	}
 	if old != nil {
-		return nil, action.ClassifyCancel(old, action.Attempt{Now: now, Key: c.Write.Key, Fingerprint: c.Write.Fingerprint, RequestID: c.Write.RequestID})
+		return nil, action.ClassifyCancel(old, action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID})
 	}
 	return written, nil
 }
@@ -288,14 +392,6 @@ func (st *Store) write(ctx context.Context, pk string, u *update, cond string, r
 		return nil, nil, false, classifyErr(err)
 	}
 	return out.Attributes, nil, false, nil
-}
-
-func pinMatches(stored []byte, presented [][]byte) bool {
-	match := false
-	for _, h := range presented {
-		match = hmac.Equal(stored, h) || match // constant time: no early exit
-	}
-	return match
 }
 
 // setWrite records which request performed an operation.

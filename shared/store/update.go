@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -20,16 +21,35 @@ func newUpdate() *update {
 	return &update{names: map[string]string{}, values: map[string]types.AttributeValue{}}
 }
 
-// name registers an attribute and returns its placeholder.
+// name registers an attribute and returns its placeholder: #attr, or #aN
+// for a name that is not alphanumeric (placeholders must be).
 func (u *update) name(attr string) string {
-	u.names["#"+attr] = attr
-	return "#" + attr
+	ph := "#" + attr
+	if !alnum(attr) {
+		for p, a := range u.names {
+			if a == attr {
+				return p
+			}
+		}
+		ph = fmt.Sprintf("#a%d", len(u.names))
+	}
+	u.names[ph] = attr
+	return ph
 }
 
-// value registers a value under :key and returns its placeholder.
+// value registers a value under :key (:vN when key is not alphanumeric)
+// and returns its placeholder.
 func (u *update) value(key string, v types.AttributeValue) string {
-	u.values[":"+key] = v
-	return ":" + key
+	ph := ":" + key
+	if !alnum(key) {
+		ph = fmt.Sprintf(":v%d", len(u.values))
+	}
+	u.values[ph] = v
+	return ph
+}
+
+func alnum(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') }) < 0
 }
 
 // set adds "SET #attr = :attr".

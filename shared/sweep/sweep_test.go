@@ -202,7 +202,7 @@ func TestTenThousandInOneMinute(t *testing.T) {
 				_, err := st.Create(context.Background(), &action.Action{
 					ID: fmt.Sprintf("m%05d", i), UserID: "u", CreatedAt: now, ActiveAt: now,
 					ExpiresAt: minute.Add(time.Duration(i%60_000) * time.Millisecond * 6),
-				})
+				}, nil)
 				if err != nil {
 					t.Error(err)
 				}

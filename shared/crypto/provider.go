@@ -1,0 +1,95 @@
+package crypto
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Source reads the server secret's current value (Secrets Manager in AWS, a
+// variable or file locally).
+type Source func(context.Context) (string, error)
+
+// Provider holds the Keys of a running function and keeps them current: it
+// re-reads the secret when they are older than Refresh (so a warm function
+// picks up a rotation within minutes) and, at most once per MinGap, when a
+// request meets a key id they do not know (an item written by a function
+// that was rotated first).
+type Provider struct {
+	source  Source
+	Refresh time.Duration // default 5 minutes
+	MinGap  time.Duration // default 10 seconds
+	Now     func() time.Time
+
+	mu      sync.Mutex
+	keys    *Keys
+	triedAt time.Time // the last read of the secret, failed or not
+}
+
+// NewProvider reads the secret once (a cold start fails loudly without it).
+func NewProvider(ctx context.Context, src Source) (*Provider, error) {
+	p := &Provider{source: src, Refresh: 5 * time.Minute, MinGap: 10 * time.Second, Now: time.Now}
+	if _, err := p.load(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// StaticProvider serves fixed keys (tests, tools).
+func StaticProvider(k *Keys) *Provider {
+	return &Provider{keys: k, Refresh: 1<<63 - 1, MinGap: 1<<63 - 1, Now: time.Now, triedAt: time.Now()}
+}
+
+// Keys returns the current keys, re-reading the secret first when they are
+// older than Refresh. A failed refresh keeps the keys it has.
+func (p *Provider) Keys(ctx context.Context) *Keys {
+	p.mu.Lock()
+	stale := p.source != nil && p.Now().Sub(p.triedAt) >= p.Refresh
+	k := p.keys
+	p.mu.Unlock()
+	if stale {
+		if nk, err := p.load(ctx); err == nil {
+			return nk
+		}
+	}
+	return k
+}
+
+// Learn is called when a request met key id id: if the keys do not know it
+// and the last read is older than MinGap, it re-reads the secret. It returns
+// the keys to retry with and whether they know id.
+func (p *Provider) Learn(ctx context.Context, id string) (*Keys, bool) {
+	p.mu.Lock()
+	k := p.keys
+	due := p.source != nil && p.Now().Sub(p.triedAt) >= p.MinGap
+	p.mu.Unlock()
+	if k.Knows(id) {
+		return k, true
+	}
+	if !due {
+		return k, false
+	}
+	nk, err := p.load(ctx)
+	if err != nil {
+		return k, false
+	}
+	return nk, nk.Knows(id)
+}
+
+func (p *Provider) load(ctx context.Context) (*Keys, error) {
+	p.mu.Lock()
+	p.triedAt = p.Now() // a failing source is not asked again before MinGap/Refresh
+	p.mu.Unlock()
+	s, err := p.source(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k, err := ParseSecret(s)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keys = k
+	return k, nil
+}
