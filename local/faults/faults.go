@@ -39,6 +39,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	counts struct{ requests, throttled, serverErrors, dropped atomic.Int64 }
+	plan   []bool // the next matching requests: true drops the answer, false passes
 	client *http.Client
 	srv    *http.Server
 	// URL is the proxy's endpoint.
@@ -96,6 +97,15 @@ func (p *Proxy) pick(r *http.Request) fault {
 	}
 	p.counts.requests.Add(1)
 	p.mu.Lock()
+	if len(p.plan) > 0 {
+		drop := p.plan[0]
+		p.plan = p.plan[1:]
+		p.mu.Unlock()
+		if drop {
+			return dropAfter
+		}
+		return none
+	}
 	x := p.rnd.Float64()
 	p.mu.Unlock()
 	switch rt := p.Rates; {
@@ -164,4 +174,20 @@ func awsError(w http.ResponseWriter, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintf(w, `{"__type":%q,"message":%q}`, typ, msg)
+}
+
+// PassThenDrop plans the next matching requests, whatever the rates: pass
+// of them are answered normally, then drop are forwarded and lose their
+// answer (connection closed): a deterministic "the write applied, the
+// caller never heard" for the n-th write of an operation.
+func (p *Proxy) PassThenDrop(pass, drop int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.plan = p.plan[:0]
+	for range pass {
+		p.plan = append(p.plan, false)
+	}
+	for range drop {
+		p.plan = append(p.plan, true)
+	}
 }

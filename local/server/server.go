@@ -130,7 +130,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		}
 		json.NewEncoder(w).Encode(totals)
 	}))
-	srv := &Server{API: api, Handler: mux, DB: db, Table: o.Table, Metrics: metrics,
+	srv := &Server{API: api, Handler: sameOrigin(mux), DB: db, Table: o.Table, Metrics: metrics,
 		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log, Metrics: metrics}}
 	srv.ctx, srv.stop = context.WithCancel(context.Background())
 	if o.SweepEvery > 0 {
@@ -192,4 +192,21 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 // background runs f until Close.
 func (s *Server) background(f func(context.Context)) {
 	s.bg.Go(func() { f(s.ctx) })
+}
+
+// sameOrigin refuses what a browser marks as coming from another site: a
+// web page the developer has open could otherwise POST to the local server
+// (a simple cross-site POST needs no preflight). curl and other programs
+// send neither header and pass.
+func sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" || origin != "" && origin != "http://"+r.Host {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"error":"forbidden","message":"cross-site requests are refused by the local server"}` + "\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -117,10 +117,10 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 		}
 	}
 	switch {
-	case !expiresAt.After(activeAt):
-		return nil, invalid("expiresAt", "must be after activeAt")
 	case !expiresAt.After(now):
 		return nil, ErrExpiresAtPassed
+	case !expiresAt.After(activeAt):
+		return nil, invalid("expiresAt", "must be after activeAt")
 	case expiresAt.Sub(activeAt) > MaxLifetime || expiresAt.Sub(now) > MaxLifetime:
 		return nil, invalid("expiresAt", "must be at most %d days away", int(MaxLifetime.Hours()/24))
 	}

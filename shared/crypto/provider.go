@@ -18,17 +18,18 @@ type Source func(context.Context) (string, error)
 type Provider struct {
 	source  Source
 	Refresh time.Duration // default 5 minutes
-	MinGap  time.Duration // default 10 seconds
+	MinGap  time.Duration // default 1 second
 	Now     func() time.Time
 
-	mu      sync.Mutex
-	keys    *Keys
-	triedAt time.Time // the last read of the secret, failed or not
+	mu        sync.Mutex
+	keys      *Keys
+	triedAt   time.Time // the last read of the secret, failed or not
+	learnedAt time.Time // the last read caused by an unknown key id
 }
 
 // NewProvider reads the secret once (a cold start fails loudly without it).
 func NewProvider(ctx context.Context, src Source) (*Provider, error) {
-	p := &Provider{source: src, Refresh: 5 * time.Minute, MinGap: 10 * time.Second, Now: time.Now}
+	p := &Provider{source: src, Refresh: 5 * time.Minute, MinGap: time.Second, Now: time.Now}
 	if _, err := p.load(ctx); err != nil {
 		return nil, err
 	}
@@ -61,7 +62,10 @@ func (p *Provider) Keys(ctx context.Context) *Keys {
 func (p *Provider) Learn(ctx context.Context, id string) (*Keys, bool) {
 	p.mu.Lock()
 	k := p.keys
-	due := p.source != nil && p.Now().Sub(p.triedAt) >= p.MinGap
+	due := p.source != nil && p.Now().Sub(p.learnedAt) >= p.MinGap
+	if due && !k.Knows(id) {
+		p.learnedAt = p.Now()
+	}
 	p.mu.Unlock()
 	if k.Knows(id) {
 		return k, true

@@ -220,7 +220,8 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 	}
 	if try, ok := old.PINTries[token]; ok { // this request's own guess, retried
 		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
-			return nil, action.Reject(action.CodeKeyReused, old)
+			// The key's first request held a PIN too: comparing with it is a guess.
+			return nil, st.spendIfGuess(ctx, id, now, action.Reject(action.CodeKeyReused, old))
 		}
 		return st.judgeGuess(ctx, id, c, at, old, try)
 	}

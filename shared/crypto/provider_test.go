@@ -1,0 +1,81 @@
+package crypto
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestProviderPicksUpRotation(t *testing.T) {
+	secret, reads, fail := s1, 0, false
+	src := func(context.Context) (string, error) {
+		reads++
+		if fail {
+			return "", errors.New("secrets manager down")
+		}
+		return secret, nil
+	}
+	now := time.Now()
+	ctx := context.Background()
+	p, err := NewProvider(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = time.Now() // after the first read
+	p.Now = func() time.Time { return now }
+	one := p.Keys(ctx).KeyID()
+
+	// A warm function picks up a rotation once Refresh has passed, not before.
+	secret = `{"current":"` + s2 + `","previous":["` + s1 + `"]}`
+	now = now.Add(p.Refresh - time.Second)
+	if p.Keys(ctx).KeyID() != one || reads != 1 {
+		t.Fatalf("re-read before Refresh: %d reads", reads)
+	}
+	now = now.Add(time.Second)
+	two := p.Keys(ctx).KeyID()
+	if two == one || reads != 2 {
+		t.Fatalf("not picked up after Refresh: %d reads", reads)
+	}
+
+	// An unknown key id makes it re-read, at most once per MinGap.
+	three := mustKeys(t, `{"current":"secret-three-0123456789abcdefghijklmnopqr","previous":["`+s2+`"]}`)
+	if _, ok := p.Learn(ctx, three.KeyID()); ok || reads != 3 {
+		t.Fatalf("unknown id: known=%v after %d reads", ok, reads)
+	}
+	secret = `{"current":"secret-three-0123456789abcdefghijklmnopqr","previous":["` + s2 + `"]}`
+	if _, ok := p.Learn(ctx, three.KeyID()); ok || reads != 3 {
+		t.Fatal("re-read within MinGap")
+	}
+	now = now.Add(p.MinGap)
+	if k, ok := p.Learn(ctx, three.KeyID()); !ok || reads != 4 || !k.Knows(two) {
+		t.Fatalf("not learned after MinGap: %v, %d reads", ok, reads)
+	}
+
+	// A failing source keeps the keys it has.
+	fail = true
+	now = now.Add(p.Refresh)
+	if p.Keys(ctx).KeyID() != three.KeyID() {
+		t.Fatal("lost the keys on a failed refresh")
+	}
+}
+
+func TestIdsAndDigestsSurviveRotation(t *testing.T) {
+	before := mustKeys(t, s1)
+	during := mustKeys(t, `{"current":"`+s2+`","previous":["`+s1+`"],"ids":"`+s1+`"}`)
+	after := mustKeys(t, `{"current":"`+s2+`","ids":"`+s1+`"}`)
+	for _, k := range []*Keys{during, after} {
+		if !bytes.Equal(k.IdentDigest("key-1"), before.IdentDigest("key-1")) || k.KeyDigest("key-1") != before.KeyDigest("key-1") {
+			t.Fatal("ids or key digests changed with the rotation")
+		}
+	}
+	if before.KeyDigest("key-1") == before.KeyDigest("key-2") {
+		t.Fatal("digests collide")
+	}
+	fp := before.Fingerprint([]byte(`{}`))
+	if !slices.Contains(during.Fingerprints([]byte(`{}`)), fp) || slices.Contains(after.Fingerprints([]byte(`{}`)), fp) {
+		t.Fatal("a fingerprint must match under every listed secret and only those")
+	}
+}
