@@ -117,6 +117,8 @@ func TestTypedErrors(t *testing.T) {
 			func(e *client.Error) bool { return e.Status == 410 && e.CanceledAt != nil }},
 		{"not active", func() error { _, err := c.Consume(ctx, "later", client.ConsumeInput{}); return err }, client.ErrNotActive,
 			func(e *client.Error) bool { return e.ActiveAt != nil && e.ActiveAt.Sub(later).Abs() < time.Millisecond }},
+		{"PIN required", func() error { _, err := c.Consume(ctx, "pin", client.ConsumeInput{}); return err }, client.ErrPINRequired,
+			func(e *client.Error) bool { return e.Status == 403 && e.Field == "pin" && e.AttemptsRemaining == nil }},
 		{"invalid PIN", func() error { _, err := c.Consume(ctx, "pin", client.ConsumeInput{PIN: "0000"}); return err }, client.ErrInvalidPIN,
 			func(e *client.Error) bool {
 				return e.Status == 403 && e.AttemptsRemaining != nil && *e.AttemptsRemaining == 1

@@ -65,6 +65,7 @@ var (
 	ErrExpired             error = &sentinel{[]string{"expired"}}
 	ErrNotActive           error = &sentinel{[]string{"not_active"}}
 	ErrInvalidPIN          error = &sentinel{[]string{"invalid_pin"}}
+	ErrPINRequired         error = &sentinel{[]string{"pin_required"}}
 	ErrLocked              error = &sentinel{[]string{"locked"}}
 	ErrKeyReused           error = &sentinel{[]string{"idempotency_key_reused"}}
 	ErrFingerprintMismatch error = &sentinel{[]string{"fingerprint_mismatch"}}
