@@ -61,7 +61,8 @@ func run() error {
 	if err != nil || sweepEvery <= 0 {
 		return fmt.Errorf("EXACTONCE_SWEEP_INTERVAL must be a positive Go duration such as 2s")
 	}
-	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true, SweepEvery: sweepEvery})
+	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true, SweepEvery: sweepEvery,
+		Tenants: os.Getenv("EXACTONCE_TENANTS")})
 	if err != nil {
 		return err
 	}

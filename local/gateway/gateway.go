@@ -20,6 +20,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
+// HeaderCaller names, on the local server only, the IAM principal ARN the
+// request is made as (API Gateway's IAM authorizer would have verified it
+// from the SigV4 signature); absent, the caller is LocalPrincipal.
+const HeaderCaller = "X-Exactonce-Caller"
+
+// LocalPrincipal is the caller of a local request without HeaderCaller.
+const LocalPrincipal = "arn:aws:iam::000000000000:role/exactonce-local"
+
 // Handler is a Lambda HTTP API handler.
 type Handler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
@@ -104,6 +112,11 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 				SourceIP:  sourceIP(r),
 				UserAgent: r.UserAgent(),
 			},
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{
+					AccountID: "000000000000", UserARN: caller(r),
+				},
+			},
 		},
 	}
 	for k, v := range r.Header {
@@ -154,6 +167,14 @@ func Write(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) {
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// caller is the principal a local request is made as.
+func caller(r *http.Request) string {
+	if c := strings.TrimSpace(r.Header.Get(HeaderCaller)); c != "" {
+		return c
+	}
+	return LocalPrincipal
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -31,6 +31,7 @@ import (
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
 	"github.com/exactonce/exactonce/shared/telemetry"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // DefaultTable is the local table's name.
@@ -41,6 +42,9 @@ type Options struct {
 	DynamoDBEndpoint string // required: DynamoDB Local's URL
 	Table            string // default DefaultTable
 	Secret           string // the server secret (required unless SecretSource is set)
+	// Tenants is the tenant map (JSON, as EXACTONCE_TENANTS); "" means one
+	// default tenant. The caller of a request is its X-Exactonce-Caller header.
+	Tenants string
 	// SecretSource, when set, is read for the secret instead of Secret, at
 	// start and whenever the API reloads it (rotation tests).
 	SecretSource crypto.Source
@@ -105,7 +109,12 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err := store.CreateTable(ctx, db, o.Table); err != nil {
 		return nil, err
 	}
-	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards, SecretSource: o.SecretSource}
+	tenants, err := tenant.Parse(o.Tenants)
+	if err != nil {
+		return nil, err
+	}
+	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards,
+		SecretSource: o.SecretSource, Tenants: tenants}
 	if o.MetricsOut == nil {
 		o.MetricsOut = os.Stdout
 	}

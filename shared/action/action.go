@@ -25,6 +25,9 @@ const DefaultMaxPINAttempts = 3
 
 // Action is one stored action record. Zero times mean "not set".
 type Action struct {
+	// Tenant owns the action; ID is unique within the tenant (two tenants
+	// may both have coupon-42).
+	Tenant    string
 	ID        string
 	UserID    string
 	Kind      string

@@ -24,6 +24,7 @@ const (
 	CodeInvalidPIN     Code = "invalid_pin"
 	CodePINRequired    Code = "pin_required"
 	CodeKeyReused      Code = "idempotency_key_reused"
+	CodeForbidden      Code = "forbidden"
 	CodeUnavailable    Code = "unavailable"
 	CodeInternal       Code = "internal"
 )

@@ -67,5 +67,6 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 	})
 	api := httpapi.New(cfg.Store(db), keys, log)
 	api.Metrics = metrics
+	api.Tenants, api.TenantClaim = cfg.Tenants, cfg.TenantClaim
 	return api, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/tenant"
 	"github.com/exactonce/exactonce/shared/tracing"
 )
 
@@ -31,6 +32,8 @@ const (
 	EnvSecret    = "EXACTONCE_SECRET"        // the server secret itself (local use)
 	EnvShards    = "EXACTONCE_EXPIRY_SHARDS" // partitions of the expiry index (default 16)
 	EnvKeyRetain = "EXACTONCE_KEY_RETENTION" // Go duration an idempotency key is kept (default 24h)
+	EnvTenants   = "EXACTONCE_TENANTS"       // JSON tenant map (tenant → principal patterns); unset: one default tenant
+	EnvJWTClaim  = "EXACTONCE_TENANT_CLAIM"  // JWT claim matched against the tenant map (default sub)
 )
 
 // Store returns the action store these settings describe.
@@ -52,6 +55,10 @@ type Config struct {
 	// SecretSource, when set, is read instead of SecretARN/Secret (the local
 	// server and tests, which rotate the secret under a running API).
 	SecretSource crypto.Source
+	// Tenants maps callers to tenants (nil: one default tenant); TenantClaim
+	// is the JWT claim it matches.
+	Tenants     *tenant.Map
+	TenantClaim string
 }
 
 // Load reads the settings through getenv (os.Getenv in production).
@@ -63,6 +70,11 @@ func Load(getenv func(string) string) (Config, error) {
 		ExpiryShards: store.DefaultExpiryShards,
 		SecretARN:    getenv(EnvSecretARN),
 		Secret:       getenv(EnvSecret),
+		TenantClaim:  getenv(EnvJWTClaim),
+	}
+	var err error
+	if c.Tenants, err = tenant.Parse(getenv(EnvTenants)); err != nil {
+		return c, fmt.Errorf("config: %s: %w", EnvTenants, err)
 	}
 	if c.Table == "" {
 		return c, fmt.Errorf("config: %s is not set", EnvTable)

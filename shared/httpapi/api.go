@@ -20,6 +20,7 @@ import (
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // Route keys, as API Gateway names them.
@@ -42,6 +43,10 @@ type API struct {
 	Now func() time.Time
 	// Metrics receives each request's outcome and latency (nil: none).
 	Metrics *telemetry.Metrics
+	// Tenants maps callers to tenants (nil: everyone is tenant.Default);
+	// TenantClaim is the JWT claim matched against it (DefaultTenantClaim).
+	Tenants     *tenant.Map
+	TenantClaim string
 }
 
 // New returns an API over st, sealing and hashing with the keys of keys (nil
@@ -79,13 +84,16 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		if err != nil {
 			return fail(err)
 		}
-		act.ID = a.createID(c, r, req.ActionID)
+		act.Tenant, act.ID = c.tenant, a.createID(c, r, req.ActionID)
 		c.actionID = act.ID
+		// PIN and payload are bound to the item's key (for the default
+		// tenant, the id): another tenant's item of the same id cannot use them.
+		bound := tenant.ItemKey(act.Tenant, act.ID)
 		if req.PIN != "" {
-			act.PINHash = c.keys.PINHash(act.ID, req.PIN)
+			act.PINHash = c.keys.PINHash(bound, req.PIN)
 		}
 		if req.Payload != nil {
-			act.Payload = c.keys.Seal(act.ID, req.Payload)
+			act.Payload = c.keys.Seal(bound, req.Payload)
 		}
 		if act.PINProtected() || act.Payload != nil {
 			act.KeyID = c.keys.KeyID()
@@ -121,7 +129,7 @@ func (a *API) createID(c *call, r *request, chosen string) string {
 // the create it retries, else the validation error invalid.
 func (a *API) replayCreate(ctx context.Context, c *call, r *request, id string, invalid error) (events.APIGatewayV2HTTPResponse, error) {
 	c.actionID = id
-	err := a.store.FindCreate(ctx, id, r.write(c.requestID), r.fingerprints, a.Now())
+	err := a.store.FindCreate(ctx, c.tenant, id, r.write(c.requestID), r.fingerprints, a.Now())
 	var replay *action.Replay
 	var rej *action.Rejection
 	switch {
@@ -145,7 +153,7 @@ func (a *API) Get(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (event
 		if err != nil {
 			return fail(err)
 		}
-		act, err := a.store.Get(ctx, id)
+		act, err := a.store.Get(ctx, c.tenant, id)
 		if err != nil {
 			return fail(err)
 		}
@@ -208,12 +216,14 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 
 func (a *API) consume(ctx context.Context, c *call, id string, req *action.ConsumeRequest, r *request) (*action.Action, error) {
 	cons := store.Consume{
-		Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
+		Tenant: c.tenant, Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
 		KeyIDs: c.keys.KeyIDs(), Now: a.Now(),
 	}
 	if req.PIN != "" {
 		keys, pin := c.keys, req.PIN
-		cons.PIN = func(act *action.Action) bool { return keys.PINMatches(act.KeyID, act.PINHash, act.ID, pin) }
+		cons.PIN = func(act *action.Action) bool {
+			return keys.PINMatches(act.KeyID, act.PINHash, tenant.ItemKey(act.Tenant, act.ID), pin)
+		}
 	}
 	return a.store.Consume(ctx, id, cons)
 }
@@ -228,7 +238,7 @@ func (a *API) open(ctx context.Context, c *call, act *action.Action) ([]byte, er
 		}
 		c.keys = keys
 	}
-	return c.keys.Open(act.ID, act.Payload)
+	return c.keys.Open(tenant.ItemKey(act.Tenant, act.ID), act.Payload)
 }
 
 // Cancel handles POST /actions/{actionId}/cancel. Canceling again answers
@@ -248,7 +258,7 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			return fail(err)
 		}
 		act, err := a.store.Cancel(ctx, id, store.Cancel{
-			Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: a.Now(),
+			Tenant: c.tenant, Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: a.Now(),
 		})
 		var headers map[string]string
 		var replay *action.Replay
@@ -266,6 +276,7 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 // call is the per-request state the log line reports.
 type call struct {
+	tenant    string       // the caller's tenant: every item it reaches is in its key space
 	keys      *crypto.Keys // this request's keys (nil without the secret)
 	requestID string
 	actionID  string
@@ -303,9 +314,16 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 		_, _ = rand.Read(b)
 		c.requestID = hex.EncodeToString(b)
 	}
-	resp, err := body(ctx, c)
+	var resp events.APIGatewayV2HTTPResponse
+	var err error
+	if c.tenant, err = a.tenantOf(route, ev); err == nil {
+		resp, err = body(ctx, c)
+	}
 	if f := (*failure)(nil); errors.As(err, &f) {
-		resp = a.render(ctx, f.err, c)
+		err = f.err
+	}
+	if err != nil {
+		resp = a.render(ctx, err, c)
 	}
 	latency := float64(time.Since(start).Microseconds()) / 1000
 	attrs := []slog.Attr{
@@ -319,6 +337,9 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	}
 	if c.actionID != "" {
 		attrs = append(attrs, slog.String("actionId", c.actionID))
+	}
+	if c.tenant != tenant.Default {
+		attrs = append(attrs, slog.String("tenant", c.tenant))
 	}
 	if c.keyHash != "" {
 		attrs = append(attrs, slog.String("keyHash", c.keyHash))
@@ -340,7 +361,11 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 	var invalid *action.InvalidError
 	var rej *action.Rejection
 	var keyRej *idemkey.Rejection
+	var forbidden *errForbidden
 	switch {
+	case errors.As(err, &forbidden):
+		c.outcome = string(action.CodeForbidden)
+		return respond(http.StatusForbidden, errorBody{Error: action.CodeForbidden, Message: forbidden.why, RequestID: c.requestID}, nil)
 	case errors.As(err, &keyRej) && keyRej.Code != idemkey.CodeInternal:
 		c.outcome = string(keyRej.Code)
 		return keyRejection(keyRej, c.requestID, a.Now())

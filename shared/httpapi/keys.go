@@ -14,6 +14,7 @@ import (
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // Route keys of the idempotency-key service.
@@ -181,8 +182,10 @@ func (a *API) GetKey(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	})
 }
 
-// pathKey reads and checks the {key} path parameter. The log gets a short
-// keyed hash of it, as of an Idempotency-Key header: a key may carry meaning.
+// pathKey reads and checks the {key} path parameter and returns the name
+// the store knows it by: in the caller's tenant's key space. The log gets a
+// short keyed hash of it, as of an Idempotency-Key header: a key may carry
+// meaning.
 func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 	name := ev.PathParameters["key"]
 	if err := idemkey.ValidateName(name); err != nil {
@@ -191,7 +194,7 @@ func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 	if c.keys != nil {
 		c.keyHash = c.keys.LogHash(name)
 	}
-	return name, nil
+	return tenant.ItemKey(c.tenant, name), nil
 }
 
 // keyErrorBody is the error JSON of the key routes.

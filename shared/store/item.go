@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // Attribute names of the action item. Every expression refers to them through
@@ -65,8 +66,10 @@ func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
 // stream image). A malformed item is an error, never a half-filled action.
 func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 	d := decoder{item: item}
+	tn, id := tenant.SplitItemKey(d.str(attrID))
 	a := &action.Action{
-		ID:             d.str(attrID),
+		Tenant:         tn,
+		ID:             id,
 		UserID:         d.str(attrUserID),
 		Kind:           d.str(attrKind),
 		ActiveAt:       time.UnixMilli(d.num(attrActiveAtMs)).UTC(),

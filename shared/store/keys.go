@@ -12,6 +12,7 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // KeyPrefix starts the partition key of every idempotency-key item. '#' is
@@ -182,8 +183,9 @@ func decodeKey(item map[string]types.AttributeValue) (*idemkey.Key, error) {
 		return nil, nil
 	}
 	d := decoder{item: item}
+	_, name := tenant.SplitItemKey(strings.TrimPrefix(d.str(attrID), KeyPrefix))
 	k := &idemkey.Key{
-		Name:           strings.TrimPrefix(d.str(attrID), KeyPrefix),
+		Name:           name,
 		Fingerprint:    d.str(attrKeyFP),
 		Token:          d.str(attrKeyToken),
 		LeaseExpiresAt: time.UnixMilli(d.num(attrKeyLeaseMs)).UTC(),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // DefaultRetention is how long a finished action is kept (DynamoDB TTL) so
@@ -96,6 +97,7 @@ const (
 // same call, a *action.Rejection otherwise. fingerprints are the request's
 // under every known key set (a retry matches whichever its first attempt stored).
 func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []string) (*action.Action, error) {
+	pk := tenant.ItemKey(a.Tenant, a.ID)
 	u := newUpdate()
 	u.set(attrUserID, s(a.UserID))
 	u.setIf(attrKind, a.Kind)
@@ -103,7 +105,7 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 	u.set(attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
 	u.set(attrCreatedAt, ts(a.CreatedAt))
 	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
-	u.set(attrExpShard, s(expiryShard(a.ID, st.shards)))
+	u.set(attrExpShard, s(expiryShard(pk, st.shards)))
 	if len(a.Metadata) > 0 {
 		m := make(map[string]types.AttributeValue, len(a.Metadata))
 		for k, v := range a.Metadata {
@@ -123,13 +125,13 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 	setWrite(u, attrCreateKey, attrCreateFP, attrCreateReq, a.Create)
 	cond := u.cond("attribute_not_exists({actionId})")
 
-	_, old, err := st.update(ctx, a.ID, u, cond, types.ReturnValueNone)
+	_, old, err := st.update(ctx, pk, u, cond, types.ReturnValueNone)
 	if err != nil {
 		return nil, err
 	}
 	if old != nil {
 		at := action.Attempt{Key: a.Create.Key, Fingerprints: fingerprints, RequestID: a.Create.RequestID}
-		return nil, st.spendIfGuess(ctx, a.ID, a.CreatedAt, action.ClassifyCreate(old, at))
+		return nil, st.spendIfGuess(ctx, pk, a.CreatedAt, action.ClassifyCreate(old, at))
 	}
 	return a, nil
 }
@@ -138,8 +140,8 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 // has passed) but may be the retry of one that was: with one consistent read
 // it returns the domain's classification of the create against the item, or
 // nil when there is no such item.
-func (st *Store) FindCreate(ctx context.Context, id string, w action.Write, fingerprints []string, now time.Time) error {
-	a, err := st.Get(ctx, id)
+func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action.Write, fingerprints []string, now time.Time) error {
+	a, err := st.Get(ctx, tenantName, id)
 	var r *action.Rejection
 	switch {
 	case errors.As(err, &r) && r.Code == action.CodeNotFound:
@@ -147,14 +149,15 @@ func (st *Store) FindCreate(ctx context.Context, id string, w action.Write, fing
 	case err != nil:
 		return err
 	}
-	return st.spendIfGuess(ctx, id, now, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
+	return st.spendIfGuess(ctx, tenant.ItemKey(tenantName, id), now, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
 }
 
-// Get reads an action with a strongly consistent read.
-func (st *Store) Get(ctx context.Context, id string) (*action.Action, error) {
+// Get reads a tenant's action with a strongly consistent read. Another
+// tenant's action of the same id is another item: not found.
+func (st *Store) Get(ctx context.Context, tenantName, id string) (*action.Action, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &st.table,
-		Key:            key(id),
+		Key:            key(tenant.ItemKey(tenantName, id)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -175,6 +178,7 @@ func (e *UnknownKeyError) Error() string { return "store: action is under unknow
 
 // Consume is a request to consume an action.
 type Consume struct {
+	Tenant string // whose action: the id is looked up in its key space
 	Reason string
 	// PIN is nil when the request carried no PIN; else it reports whether
 	// the presented PIN matches the action's stored hash.
@@ -199,6 +203,7 @@ type Consume struct {
 // lost answer the SDK re-sends, the same Idempotency-Key) finds its own
 // reservation and answers as the first time, counting nothing.
 func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Action, error) {
+	id = tenant.ItemKey(c.Tenant, id) // from here on, the item's key
 	now := action.Millis(c.Now)
 	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID, PINPresented: c.PIN != nil}
 	if c.PIN == nil {
@@ -323,6 +328,7 @@ func (st *Store) spendIfGuess(ctx context.Context, id string, now time.Time, why
 
 // Cancel is a request to cancel an action.
 type Cancel struct {
+	Tenant       string // whose action
 	Reason       string
 	Write        action.Write
 	Fingerprints []string // the request's under every known key set
@@ -332,6 +338,7 @@ type Cancel struct {
 // Cancel marks an open action canceled with one conditional write. Canceling
 // a canceled action answers with the first cancellation (*action.Replay).
 func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Action, error) {
+	id = tenant.ItemKey(c.Tenant, id)
 	now := action.Millis(c.Now)
 	u := newUpdate()
 	u.set(attrCanceledAt, ts(now))

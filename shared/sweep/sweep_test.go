@@ -137,7 +137,7 @@ func TestConsumeRacesSweep(t *testing.T) {
 
 	consumed, expired := 0, 0
 	for i := range n {
-		a, err := env.Sweeper.Store.Get(context.Background(), fmt.Sprintf("r%03d", i))
+		a, err := env.Sweeper.Store.Get(context.Background(), "", fmt.Sprintf("r%03d", i))
 		if err != nil {
 			t.Fatal(err)
 		}

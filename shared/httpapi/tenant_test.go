@@ -1,0 +1,173 @@
+package httpapi_test
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/server"
+)
+
+const (
+	tenants = `{"alpha":["arn:aws:iam::111122223333:role/alpha-*"],"beta":["beta-svc"]}`
+	alpha   = "arn:aws:sts::111122223333:assumed-role/alpha-app/session-1"
+	beta    = "arn:aws:sts::111122223333:assumed-role/beta-svc/session-9"
+)
+
+func withTenants(o *server.Options) { o.Tenants = tenants }
+
+// as sends a request as the given IAM principal (the local server's
+// X-Exactonce-Caller header; in AWS, API Gateway's IAM authorizer).
+func as(t *testing.T, env *testkit.Env, who, method, path, body string, headers ...string) *testkit.Response {
+	t.Helper()
+	return do(t, env, method, path, body, append([]string{"X-Exactonce-Caller", who}, headers...)...)
+}
+
+var requestIDField = regexp.MustCompile(`"requestId":"[0-9a-f]+"`)
+
+// TestTenantIsolation: two tenants on every route. Another tenant's action
+// or key answers exactly like one that does not exist, both tenants can
+// use the same ids, and each call still costs one request.
+func TestTenantIsolation(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants)
+	// The same id in both tenants.
+	a := as(t, env, alpha, "POST", "/actions", `{"actionId":"coupon-42","userId":"ua","pin":"2468","payload":"alpha-secret"}`)
+	b := as(t, env, beta, "POST", "/actions", `{"actionId":"coupon-42","userId":"ub"}`)
+	if a.Status != 201 || b.Status != 201 {
+		t.Fatalf("same id in two tenants: %s / %s", a.Raw, b.Raw)
+	}
+	if g := as(t, env, beta, "GET", "/actions/coupon-42", ""); g.Str("userId") != "ub" {
+		t.Fatalf("beta reads its own coupon-42: %s", g.Raw)
+	}
+	as(t, env, alpha, "POST", "/actions", `{"actionId":"only-alpha","userId":"ua","pin":"2468","maxPinAttempts":1,"payload":"p"}`)
+	env.Counter.Take()
+
+	// Beta against alpha's action, and against an id nobody has: the same
+	// answers (but for the request id), the same one request.
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/actions/%s", ""},
+		{"POST", "/actions/%s/consume", ``},
+		{"POST", "/actions/%s/consume", `{"pin":"0000"}`},
+		{"POST", "/actions/%s/consume", `{"pin":"2468"}`},
+		{"POST", "/actions/%s/cancel", ``},
+	} {
+		theirs := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "only-alpha", 1), tc.body)
+		cost := env.Counter.Take()
+		nobodys := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "nobody-has", 1), tc.body)
+		if theirs.Status != 404 || theirs.Str("error") != "action_not_found" ||
+			requestIDField.ReplaceAllString(theirs.Raw, "") != requestIDField.ReplaceAllString(strings.Replace(nobodys.Raw, "nobody-has", "only-alpha", 1), "") {
+			t.Errorf("%s %s as beta: %d %s; a missing id: %s", tc.method, tc.path, theirs.Status, theirs.Raw, nobodys.Raw)
+		}
+		if fmtCost(cost) != fmtCost(env.Counter.Take()) {
+			t.Errorf("%s %s: another tenant's item and a missing one cost differently", tc.method, tc.path)
+		}
+	}
+	// No action_exists leak: beta may create an action of that id, its own.
+	if r := as(t, env, beta, "POST", "/actions", `{"actionId":"only-alpha","userId":"ub"}`); r.Status != 201 {
+		t.Fatalf("beta creating an id alpha has: %s", r.Raw)
+	}
+	// Alpha's action is untouched: no guess counted, not consumed or canceled.
+	g := as(t, env, alpha, "GET", "/actions/only-alpha", "")
+	if g.Str("state") != "active" || g.Body["pinAttemptsRemaining"] != 1.0 || g.Str("userId") != "ua" {
+		t.Fatalf("alpha's action after beta's attempts: %s", g.Raw)
+	}
+	if r := as(t, env, alpha, "POST", "/actions/only-alpha/consume", `{"pin":"2468"}`); r.Status != 200 || r.Body["payload"] != "p" {
+		t.Fatalf("alpha consumes its own: %s", r.Raw)
+	}
+
+	// Keys: beta cannot read, complete or release alpha's key; its claim of
+	// the same name is its own key and leaves alpha's lease alone.
+	claim := as(t, env, alpha, "POST", "/keys/job-1/claim", `{"fingerprint":"f"}`)
+	tok := claim.Str("token")
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/keys/job-1", ""},
+		{"POST", "/keys/job-1/complete", `{"token":"` + tok + `","response":{"stolen":true}}`},
+		{"POST", "/keys/job-1/release", `{"token":"` + tok + `"}`},
+	} {
+		r := as(t, env, beta, tc.method, tc.path, tc.body)
+		if r.Status != 404 || r.Str("error") != "key_not_found" {
+			t.Errorf("%s %s as beta: %d %s", tc.method, tc.path, r.Status, r.Raw)
+		}
+	}
+	if r := as(t, env, beta, "POST", "/keys/job-1/claim", `{"fingerprint":"f"}`); r.Status != 201 || r.Str("token") == tok {
+		t.Fatalf("beta's claim of job-1: %s", r.Raw)
+	}
+	if r := as(t, env, alpha, "POST", "/keys/job-1/complete", `{"token":"`+tok+`","response":1}`); r.Status != 200 {
+		t.Fatalf("alpha completes its key: %s", r.Raw)
+	}
+	if r := as(t, env, beta, "GET", "/keys/job-1", ""); r.Str("state") != "in_progress" {
+		t.Fatalf("beta's job-1 must be its own: %s", r.Raw)
+	}
+}
+
+func fmtCost(m map[string]int) string {
+	var b strings.Builder
+	for _, op := range []string{"GetItem", "UpdateItem"} {
+		b.WriteString(op)
+		b.WriteByte('=')
+		b.WriteByte(byte('0' + m[op]))
+	}
+	return b.String()
+}
+
+// TestUnmappedCaller: a caller in no tenant gets 403 forbidden on every
+// route and nothing is written or read.
+func TestUnmappedCaller(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants)
+	for _, who := range []string{"", "arn:aws:iam::999999999999:user/mallory", "arn:aws:sts::111122223333:assumed-role/beta-svc-2/s"} {
+		for _, tc := range []struct{ method, path, body string }{
+			{"POST", "/actions", `{"userId":"u"}`}, {"GET", "/actions/x", ""}, {"POST", "/actions/x/consume", ""},
+			{"POST", "/actions/x/cancel", ""}, {"POST", "/keys/k/claim", `{"fingerprint":"f"}`}, {"GET", "/keys/k", ""},
+			{"POST", "/keys/k/complete", `{"token":"00000000000000000000000000000000","response":1}`},
+			{"POST", "/keys/k/release", `{"token":"00000000000000000000000000000000"}`},
+		} {
+			var r *testkit.Response
+			if who == "" {
+				r = do(t, env, tc.method, tc.path, tc.body) // the local default principal, not in the map
+			} else {
+				r = as(t, env, who, tc.method, tc.path, tc.body)
+			}
+			expect(t, env, r, 403, "forbidden", none)
+		}
+	}
+}
+
+// TestJWTScopes: with a JWT authorizer, each route needs its scope, and the
+// tenant comes from the configured claim.
+func TestJWTScopes(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants)
+	ev := func(route, scope string) events.APIGatewayV2HTTPRequest {
+		var e events.APIGatewayV2HTTPRequest
+		e.RouteKey = route
+		e.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "beta-svc", "scope": scope}},
+		}
+		e.PathParameters = map[string]string{"actionId": "j1"}
+		e.Body = `{"actionId":"j1","userId":"u"}`
+		return e
+	}
+	ctx := context.Background()
+	if r, _ := env.API.Create(ctx, ev("POST /actions", "actions:read")); r.StatusCode != 403 || !strings.Contains(r.Body, "actions:create") {
+		t.Fatalf("create without actions:create: %d %s", r.StatusCode, r.Body)
+	}
+	if r, _ := env.API.Create(ctx, ev("POST /actions", "actions:read actions:create")); r.StatusCode != 201 {
+		t.Fatalf("create with its scope: %d %s", r.StatusCode, r.Body)
+	}
+	if r, _ := env.API.Consume(ctx, ev("POST /actions/{actionId}/consume", "actions:read")); r.StatusCode != 403 {
+		t.Fatalf("consume without actions:consume: %d %s", r.StatusCode, r.Body)
+	}
+	if r, _ := env.API.Get(ctx, ev("GET /actions/{actionId}", "actions:read")); r.StatusCode != 200 {
+		t.Fatalf("get with actions:read: %d %s", r.StatusCode, r.Body)
+	}
+	// The claim put the action in beta's key space.
+	if r := as(t, env, beta, "GET", "/actions/j1", ""); r.Status != 200 {
+		t.Fatalf("beta (by IAM) sees the action beta (by JWT) created: %s", r.Raw)
+	}
+	if r := as(t, env, alpha, "GET", "/actions/j1", ""); r.Status != 404 {
+		t.Fatalf("alpha sees beta's action: %s", r.Raw)
+	}
+}
