@@ -26,7 +26,7 @@ type Rates struct {
 
 // Counts are the faults injected so far.
 type Counts struct {
-	Requests, Throttled, ServerErrors, Dropped int64
+	Requests, Throttled, ServerErrors, Dropped, Unavailable int64
 }
 
 // Proxy forwards to Target, injecting faults into requests whose
@@ -38,7 +38,8 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
-	counts struct{ requests, throttled, serverErrors, dropped atomic.Int64 }
+	counts struct{ requests, throttled, serverErrors, dropped, unavailable atomic.Int64 }
+	down   atomic.Bool
 	client *http.Client
 	srv    *http.Server
 	// URL is the proxy's endpoint.
@@ -67,18 +68,24 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 // Counts returns the faults injected so far.
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
-		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load()}
+		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load()}
 }
+
+// Down makes the target unavailable (true) or available again (false): while
+// down, every matching request is answered 503 ServiceUnavailable without
+// being forwarded, as during an outage of the service.
+func (p *Proxy) Down(down bool) { p.down.Store(down) }
 
 func (p *Proxy) String() string {
 	c := p.Counts()
-	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding", c.Requests, c.Throttled, c.ServerErrors, c.Dropped)
+	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable", c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable)
 }
 
 type fault int
 
 const (
 	none fault = iota
+	unavailable
 	throttle
 	serverError
 	dropAfter
@@ -95,6 +102,9 @@ func (p *Proxy) pick(r *http.Request) fault {
 		}
 	}
 	p.counts.requests.Add(1)
+	if p.down.Load() {
+		return unavailable
+	}
 	p.mu.Lock()
 	x := p.rnd.Float64()
 	p.mu.Unlock()
@@ -116,6 +126,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f := p.pick(r)
 	switch f {
+	case unavailable:
+		p.counts.unavailable.Add(1)
+		awsError(w, http.StatusServiceUnavailable, "ServiceUnavailableException", "Service is unavailable.")
+		return
 	case throttle:
 		p.counts.throttled.Add(1)
 		awsError(w, http.StatusBadRequest, "com.amazonaws.dynamodb.v20120810#ThrottlingException", "Rate of requests exceeds the allowed throughput.")

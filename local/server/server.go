@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/local/eventbus"
 	"github.com/exactonce/exactonce/local/streams"
 	"github.com/exactonce/exactonce/shared/publish"
@@ -34,6 +35,9 @@ import (
 
 // DefaultTable is the local table's name.
 const DefaultTable = "exactonce-actions"
+
+// LocalBus is the local event bus's name.
+const LocalBus = "exactonce-local"
 
 // Options configure New.
 type Options struct {
@@ -53,6 +57,9 @@ type Options struct {
 	// EventBridgeVia, when set, maps the local bus's URL to the endpoint the
 	// publisher calls, e.g. a fault-injecting proxy in front of it.
 	EventBridgeVia func(busURL string) string
+	// TuneEvents adjusts the stream publisher and reader before they start
+	// (tests scale their retries and waits down).
+	TuneEvents func(*publish.Publisher, *streams.Reader)
 	// SweepEvery runs the expiry sweeper at this interval (0: not at all).
 	SweepEvery time.Duration
 	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
@@ -68,12 +75,16 @@ type Server struct {
 	Handler http.Handler
 	DB      *dynamodb.Client
 	Table   string
-	Bus     *eventbus.Bus  // nil unless Options.Events
-	Sweeper *sweep.Sweeper // runs every Options.SweepEvery
-	Metrics *telemetry.Metrics
-	ctx     context.Context
-	stop    context.CancelFunc
-	bg      sync.WaitGroup
+	Bus     *eventbus.Bus // nil unless Options.Events
+	// DeadLetters is what the stream publisher and reader set aside (the
+	// on-failure queue of the stack), at GET /_local/dead-letters.
+	DeadLetters *streams.DeadLetters
+	Publisher   *publish.Publisher // nil unless Options.Events
+	Sweeper     *sweep.Sweeper     // runs every Options.SweepEvery
+	Metrics     *telemetry.Metrics
+	ctx         context.Context
+	stop        context.CancelFunc
+	bg          sync.WaitGroup
 }
 
 // Close stops the background work (stream reader, sweeper) and the local bus.
@@ -150,6 +161,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 		mux.Handle("GET /_local/events", srv.Bus.Handler())
+		mux.Handle("GET /_local/dead-letters", srv.DeadLetters.Handler())
 	}
 	return srv, nil
 }
@@ -170,13 +182,23 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 		endpoint = o.EventBridgeVia(bus.URL)
 	}
 	ebCfg := config.Local(endpoint)
-	pub := publish.New(eventbridge.NewFromConfig(ebCfg), "exactonce-local", "exactonce", o.Log)
+	ebCfg.Retryer = awsCfg.Retryer // the SDK retries the caller chose (tests: short waits)
+	dead := &streams.DeadLetters{}
+	pub := publish.New(eventbridge.NewFromConfig(ebCfg), LocalBus, events.DefaultSource, o.Log)
 	pub.Metrics = s.Metrics
+	pub.SetAside = func(_ context.Context, a publish.Aside) error { return dead.Add(a) }
+	// The reader mirrors the stack's event source mapping: unlimited
+	// retries up to the record age limit, then the on-failure queue.
 	reader := &streams.Reader{
 		DB: s.DB, Streams: dynamodbstreams.NewFromConfig(awsCfg), Table: s.Table,
 		Handle: pub.Handle, Log: o.Log,
+		RetryAttempts: publish.MappingRetryAttempts, MaxRecordAge: publish.MappingMaxRecordAge,
+		SetAside: func(_ context.Context, f streams.OnFailure) { _ = dead.Add(f) },
 	}
-	s.Bus = bus
+	if o.TuneEvents != nil {
+		o.TuneEvents(pub, reader)
+	}
+	s.Bus, s.DeadLetters, s.Publisher = bus, dead, pub
 	s.background(func(ctx context.Context) {
 		if err := reader.Run(ctx); err != nil && ctx.Err() == nil {
 			o.Log.Error("stream reader stopped", "error", err.Error())

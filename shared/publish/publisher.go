@@ -43,6 +43,18 @@ const (
 // age limit, instead of counting a batch item failure per attempt.
 var ErrPublishing = errors.New("publish: EventBridge did not accept every event")
 
+// The event source mapping's limits, set by the stack and mirrored by the
+// local stream reader. Retries are unlimited, so a batch that fails because
+// EventBridge does is retried (in order) until its records are
+// MappingMaxRecordAge old: an outage is a delay. The age limit is an hour
+// under the stream's 24 h retention so that a record given up on is
+// reported to the on-failure queue (and its alarm) while its sequence
+// number still means something; republish then rebuilds its event.
+const (
+	MappingRetryAttempts = -1
+	MappingMaxRecordAge  = 23 * time.Hour
+)
+
 // Defaults for undecodable (poison) records.
 const (
 	DefaultPoisonAttempts = 3
