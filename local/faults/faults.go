@@ -7,6 +7,7 @@ package faults
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -40,6 +41,7 @@ type Proxy struct {
 	rnd    *rand.Rand
 	counts struct{ requests, throttled, serverErrors, dropped, unavailable atomic.Int64 }
 	down   atomic.Bool
+	lose   atomic.Bool
 	client *http.Client
 	srv    *http.Server
 	// URL is the proxy's endpoint.
@@ -75,6 +77,10 @@ func (p *Proxy) Counts() Counts {
 // down, every matching request is answered 503 ServiceUnavailable without
 // being forwarded, as during an outage of the service.
 func (p *Proxy) Down(down bool) { p.down.Store(down) }
+
+// Lose makes the proxy accept every PutEvents entry without forwarding it
+// (true): events lost on purpose after the publisher saw them accepted.
+func (p *Proxy) Lose(lose bool) { p.lose.Store(lose) }
 
 func (p *Proxy) String() string {
 	c := p.Counts()
@@ -125,6 +131,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := p.pick(r)
+	if p.lose.Load() && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutEvents") {
+		var in struct{ Entries []json.RawMessage }
+		_ = json.Unmarshal(body, &in)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		out := `{"FailedEntryCount":0,"Entries":[`
+		for i := range in.Entries {
+			if i > 0 {
+				out += ","
+			}
+			out += `{"EventId":"lost"}`
+		}
+		_, _ = io.WriteString(w, out+"]}")
+		return
+	}
 	switch f {
 	case unavailable:
 		p.counts.unavailable.Add(1)

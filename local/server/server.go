@@ -22,6 +22,7 @@ import (
 	"github.com/exactonce/exactonce/local/eventbus"
 	"github.com/exactonce/exactonce/local/streams"
 	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/republish"
 
 	openapi "github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/local/gateway"
@@ -162,6 +163,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		}
 		mux.Handle("GET /_local/events", srv.Bus.Handler())
 		mux.Handle("GET /_local/dead-letters", srv.DeadLetters.Handler())
+		mux.Handle("POST /_local/republish", srv.republishHandler(o.Log))
 	}
 	return srv, nil
 }
@@ -205,6 +207,28 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 		}
 	})
 	return nil
+}
+
+// republishHandler runs the republish Lambda's handler on the local table
+// and bus: POST /_local/republish with its input, {"from","to"?,"segments"?}.
+func (s *Server) republishHandler(log *slog.Logger) http.Handler {
+	r := &republish.Republisher{DB: s.DB, Table: s.Table, Publisher: s.Publisher, Log: log}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		var in republish.Request
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&in); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": err.Error()})
+			return
+		}
+		res, err := r.Handle(req.Context(), in)
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			json.NewEncoder(w).Encode(map[string]any{"error": "republish_failed", "message": err.Error(), "result": res})
+			return
+		}
+		json.NewEncoder(w).Encode(res)
+	})
 }
 
 // background runs f until Close.
