@@ -171,3 +171,49 @@ func TestSetAsideThenGoOn(t *testing.T) {
 		t.Fatalf("handled %v", handled)
 	}
 }
+
+// TestRecordAgeSetAside: records older than MaxRecordAge are not handed to
+// the handler but set aside (condition RecordAgeExceeded), as the mapping
+// does with MaximumRecordAgeInSeconds.
+func TestRecordAgeSetAside(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := config.Local(testkit.Endpoint)
+	db := dynamodb.NewFromConfig(cfg)
+	const table = "streams-age"
+	if err := store.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: fmt.Sprint("c", i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var aside []streams.OnFailure
+	handled := 0
+	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(cfg), Table: table,
+		Handle: func(_ context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+			mu.Lock()
+			handled += len(ev.Records)
+			mu.Unlock()
+			return lambdaevents.DynamoDBEventResponse{}, nil
+		},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 20 * time.Millisecond, MaxRecordAge: time.Nanosecond,
+		SetAside: func(_ context.Context, f streams.OnFailure) { mu.Lock(); aside = append(aside, f); mu.Unlock() }}
+	go r.Run(ctx)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(aside)
+		mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(aside) != 1 || aside[0].Condition != "RecordAgeExceeded" || aside[0].BatchInfo.BatchSize != 3 || handled != 0 {
+		t.Fatalf("set aside %+v, handled %d", aside, handled)
+	}
+}
