@@ -69,8 +69,8 @@ type Publisher struct {
 	log    *slog.Logger
 	// Attempts is how many times one batch is tried (the first call plus
 	// retries of its failed entries); Backoff caps the wait between them.
-	// Together they pace an invocation during an EventBridge outage (about
-	// 10 s of trying before the function error), so the mapping's retries
+	// Together they pace an invocation during an EventBridge outage (10-30
+	// s of trying, SDK retries included, before the function error), so the mapping's retries
 	// are not spent in a hot loop.
 	Attempts int
 	Backoff  time.Duration
