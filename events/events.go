@@ -16,6 +16,10 @@ import (
 // Version of the detail schema. Parse rejects any other.
 const Version = "1"
 
+// DefaultSource is the "source" ExactOnce publishes with unless the stack's
+// exactonce:eventSource says otherwise.
+const DefaultSource = "exactonce"
+
 // Detail types (EventBridge "detail-type").
 const (
 	TypeConsumed = "action.consumed"
@@ -84,8 +88,22 @@ func (e *Event) Common() Common {
 }
 
 // Parse decodes an EventBridge event delivered to a subscriber Lambda. It
-// rejects unknown detail types and schema versions with a clear error.
+// rejects an event whose source is not DefaultSource, unknown detail types
+// and schema versions with a clear error. Use ParseFrom when the stack
+// publishes with another exactonce:eventSource.
 func Parse(ev lambdaevents.CloudWatchEvent) (*Event, error) {
+	return ParseFrom(ev, DefaultSource)
+}
+
+// ParseFrom is Parse for events published with the given source. Checking
+// it matters for de-duplication: an event with a real eventId from anyone
+// else would otherwise be recorded as handled and the genuine one skipped.
+// (The stack's bus policy also lets only ExactOnce's functions put events
+// with its source.)
+func ParseFrom(ev lambdaevents.CloudWatchEvent, source string) (*Event, error) {
+	if ev.Source != source {
+		return nil, fmt.Errorf("events: source %q is not ExactOnce's (%q)", ev.Source, source)
+	}
 	var probe struct {
 		Version string `json:"version"`
 		EventID string `json:"eventId"`

@@ -10,7 +10,7 @@ import (
 
 // Functions lists every Lambda the stack can deploy (folders under
 // functions/); audit only with exactonce:exampleSubscriber=true.
-var Functions = []string{"create", "get", "consume", "cancel", "keyclaim", "keycomplete", "keyrelease", "keyget", "publisher", "sweeper", "audit"}
+var Functions = []string{"create", "get", "consume", "cancel", "keyclaim", "keycomplete", "keyrelease", "keyget", "publisher", "sweeper", "republish", "audit"}
 
 // BuildFunctions compiles each function for Lambda (linux/arm64, static,
 // lambda.norpc plus the given build tags) into outDir/<name>/bootstrap. The build is reproducible

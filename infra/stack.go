@@ -28,6 +28,7 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/publish"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
@@ -97,7 +98,28 @@ const (
 	sweeperTimeout   = 60 // one sweep: its budget ends 10 s before this, the next run starts a minute later
 	auditMemoryMB    = 128
 	auditTimeout     = 10 // one event: a claim, a log line, a done write
+	republishMemory  = 512
+	republishTimeout = 900 // Lambda's limit: ~1-2 M items per run (segments in parallel); larger tables: one invocation per segment, or the command
 	logRetention     = awslogs.RetentionDays_ONE_MONTH
+)
+
+// Reserved concurrency, so API traffic (which can use the rest of the
+// account's pool) never starves the event pipeline or expiry.
+//   - publisher: the mapping runs one invocation per stream shard at a
+//     time (ParallelizationFactor 1, which keeps each action's events in
+//     order). An on-demand table's stream has about one shard per partition;
+//     20 covers a table of 20 partitions (~20,000 writes/s sustained) with
+//     headroom; raise it with the table. An invocation refused for lack of
+//     concurrency is retried by the mapping: a delay, not a loss.
+//   - sweeper: one run a minute, and a run may overlap the next (timeout 60
+//     s); 2 lets that happen and no more.
+//
+// Together they take 22 from the account's unreserved pool (AWS keeps at
+// least 100 unreserved, so the account's limit must be at least 122; new
+// accounts with a limit of 10 must ask for the default 1,000 first).
+const (
+	publisherReservedConcurrency = 20
+	sweeperReservedConcurrency   = 2
 )
 
 // NewStack defines the whole ExactOnce deployment.
@@ -241,42 +263,17 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 			"The "+r.Function+" function failed (crash or timeout): see its log group")
 	}
 
-	// Events: stream → publisher → custom bus; what cannot be published after
-	// the retries lands on the on-failure queue.
+	// Events: stream → publisher → custom bus; what cannot be published
+	// within the records' age limit, and stream records that cannot be read,
+	// land on the on-failure queue.
 	bus := awsevents.NewEventBus(stack, jsii.String("Bus"), &awsevents.EventBusProps{
 		Description: jsii.String("ExactOnce action events: action.consumed, action.canceled, action.expired"),
 	})
 	onFailure := deadLetterQueue(stack, "PublisherOnFailure", "the on-failure destination (DLQ) of the stream publisher", removal)
-
-	publisher := newFunction(stack, "publisher", s, map[string]*string{
-		"EVENT_BUS_NAME": bus.EventBusName(),
-		"EVENT_SOURCE":   jsii.String(s.EventSource),
-	}, publisherMemory, publisherTimeout, removal)
-	publisher.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("events:PutEvents"),
-		Resources: &[]*string{bus.EventBusArn()},
-	}))
-	publisher.AddEventSource(awslambdaeventsources.NewDynamoEventSource(table, &awslambdaeventsources.DynamoEventSourceProps{
-		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
-		BatchSize:               jsii.Number(100),
-		BisectBatchOnError:      jsii.Bool(true),
-		RetryAttempts:           jsii.Number(10),
-		MaxRecordAge:            awscdk.Duration_Hours(jsii.Number(24)),
-		ReportBatchItemFailures: jsii.Bool(true),
-		OnFailure:               awslambdaeventsources.NewSqsDlq(onFailure),
-	}))
-	cdknag.NagSuppressions_AddResourceSuppressions(publisher.Role(), &[]*cdknag.NagPackSuppression{{
-		Id: jsii.String("AwsSolutions-IAM5"),
-		Reason: jsii.String("dynamodb:ListStreams cannot be scoped to a resource, and the stream ARN's label is only known at deploy time " +
-			"(Resource::<ActionsTable...StreamArn>); both come from the DynamoDB event source mapping grant."),
-		AppliesTo: &[]interface{}{jsii.String("Resource::*")},
-	}}, jsii.Bool(true))
-	alarm("PublisherErrorsAlarm", publisher.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
-		"The stream publisher failed: events are being retried; see its log group")
-	alarm("StreamIteratorAgeAlarm", publisher.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Maximum")}),
-		60_000, "Events are published more than a minute after their write: the publisher is falling behind or failing")
-	alarm("OnFailureQueueAlarm", onFailure.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Maximum")}),
-		1, "Stream records gave up after every retry: their events were NOT published; inspect the queue and replay them")
+	publisher := eventPublisher(stack, s, table, bus, onFailure, removal)
+	republisher := republishFunction(stack, s, table, bus, removal)
+	onlyOurFunctionsPublish(bus, s.EventSource, publisher.Role(), republisher.Role())
+	eventAlarms(alarm, publisher, onFailure, fiveMin)
 	alarm("Api5xxAlarm", api.MetricServerError(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
 		"The API answered 5xx: DynamoDB unavailable (503) or a function failure")
 
@@ -284,6 +281,7 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	// one UpdateItem per action), so action.expired follows expiresAt
 	// within about a minute; TTL only cleans up afterwards.
 	sweeper := newFunction(stack, "sweeper", s, env, sweeperMemoryMB, sweeperTimeout, removal)
+	reserve(sweeper, sweeperReservedConcurrency)
 	sweeper.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions:   jsii.Strings("dynamodb:Query"),
 		Resources: &[]*string{jsii.String(*table.TableArn() + "/index/" + store.ExpiryIndex)},
@@ -317,6 +315,7 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 	out("EventBusName", bus.EventBusName(), "EventBridge bus the events are published on")
 	out("EventBusArn", bus.EventBusArn(), "ARN of the event bus")
 	out("OnFailureQueueUrl", onFailure.QueueUrl(), "SQS queue of stream records that could not be published")
+	out("RepublishFunctionName", republisher.FunctionName(), "Lambda that republishes a time window's events from the table")
 	return stack
 }
 
@@ -335,7 +334,7 @@ func dashboard(stack awscdk.Stack, api awsapigatewayv2.HttpApi, publisher awslam
 	own := func(metric, stat, fn string) awscloudwatch.IMetric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 			Namespace: jsii.String(telemetry.Namespace), MetricName: jsii.String(metric),
-			DimensionsMap: &map[string]*string{"Function": jsii.String(fn)},
+			DimensionsMap: &map[string]*string{publish.DimFunction: jsii.String(fn)},
 			Statistic:     jsii.String(stat), Period: minute, Label: jsii.String(metric),
 		})
 	}
@@ -359,14 +358,145 @@ func dashboard(stack awscdk.Stack, api awsapigatewayv2.HttpApi, publisher awslam
 		graph("API 4xx / 5xx", 8, stat(api.MetricClientError, "Sum"), stat(api.MetricServerError, "Sum")),
 	)
 	d.AddWidgets(
-		graph("Events published / retried / batch failures", 8,
-			own("EventsPublished", "Sum", "publisher"), own("EntriesRetried", "Sum", "publisher"), own("BatchItemFailures", "Sum", "publisher")),
+		graph("Events published / retried / not accepted; records reported / set aside", 8,
+			own(publish.MetricEventsPublished, "Sum", publish.FunctionName), own(publish.MetricEntriesRetried, "Sum", publish.FunctionName),
+			own(publish.MetricEntriesFailed, "Sum", publish.FunctionName), own(publish.MetricBatchItemFailures, "Sum", publish.FunctionName),
+			own(publish.MetricRecordsSetAside, "Sum", publish.FunctionName)),
 		graph("Stream iterator age (ms) and on-failure queue", 8,
 			publisher.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: minute, Statistic: jsii.String("Maximum")}),
 			stat(onFailure.MetricApproximateNumberOfMessagesVisible, "Maximum")),
 		graph("Expiry: lag (ms), actions expired, sweep duration (ms)", 8,
 			own("ExpiryLag", "Maximum", "sweeper"), own("ActionsExpired", "Sum", "sweeper"), own("SweepDuration", "Maximum", "sweeper")),
 	)
+}
+
+// eventPublisher is the stream publisher and its event source mapping.
+//
+// The mapping retries without limit (MaximumRetryAttempts -1) until a
+// record is publish.MappingMaxRecordAge (23 h) old: when EventBridge fails,
+// the publisher returns a function error and the same batch is retried, in
+// order, so an outage up to the stream's 24 h retention is only a delay.
+// Poison records do not need the mapping's retry limit: the publisher
+// reports only such a record, publishes everything else, and sets it aside
+// itself after a few reports. BisectBatchOnFunctionError stays off: a
+// function error here means "EventBridge is failing", never "a record is
+// bad", so halving the batch would only shrink batches during an outage.
+// The filter keeps idempotency-key items (key#…, which carry no userId)
+// from invoking the publisher at all: only action images have userId (a
+// string; an item with another type of userId, which the API never writes,
+// is filtered out too and left to republish, which reports it).
+func eventPublisher(stack awscdk.Stack, s Settings, table awsdynamodb.Table, bus awsevents.EventBus, onFailure awssqs.Queue, removal awscdk.RemovalPolicy) awslambda.Function {
+	publisher := newFunction(stack, "publisher", s, map[string]*string{
+		"EVENT_BUS_NAME":       bus.EventBusName(),
+		"EVENT_SOURCE":         jsii.String(s.EventSource),
+		"ON_FAILURE_QUEUE_URL": onFailure.QueueUrl(),
+	}, publisherMemory, publisherTimeout, removal)
+	reserve(publisher, publisherReservedConcurrency)
+	publisher.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("events:PutEvents"),
+		Resources: &[]*string{bus.EventBusArn()},
+	}))
+	hasUserID := func(image string) *map[string]any {
+		return awslambda.FilterCriteria_Filter(&map[string]any{
+			"dynamodb": map[string]any{image: map[string]any{"userId": map[string]any{"S": awslambda.FilterRule_Exists()}}},
+		})
+	}
+	source := awslambdaeventsources.NewDynamoEventSource(table, &awslambdaeventsources.DynamoEventSourceProps{
+		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
+		BatchSize:               jsii.Number(100),
+		BisectBatchOnError:      jsii.Bool(false),
+		MaxRecordAge:            awscdk.Duration_Seconds(jsii.Number(publish.MappingMaxRecordAge.Seconds())),
+		ReportBatchItemFailures: jsii.Bool(true),
+		OnFailure:               awslambdaeventsources.NewSqsDlq(onFailure),
+		Filters:                 &[]*map[string]any{hasUserID("NewImage"), hasUserID("OldImage")},
+	})
+	publisher.AddEventSource(source)
+	// CDK accepts retryAttempts 0..10000 only; -1 (until the record age
+	// limit) is CloudFormation's own value for "no limit".
+	mapping := publisher.Node().FindChild(jsii.String("DynamoDBEventSource:" + *awscdk.Names_NodeUniqueId(table.Node())))
+	mapping.Node().DefaultChild().(awslambda.CfnEventSourceMapping).AddPropertyOverride(jsii.String("MaximumRetryAttempts"), publish.MappingRetryAttempts)
+	cdknag.NagSuppressions_AddResourceSuppressions(publisher.Role(), &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("dynamodb:ListStreams cannot be scoped to a resource, and the stream ARN's label is only known at deploy time " +
+			"(Resource::<ActionsTable...StreamArn>); both come from the DynamoDB event source mapping grant."),
+		AppliesTo: &[]interface{}{jsii.String("Resource::*")},
+	}}, jsii.Bool(true))
+	return publisher
+}
+
+// republishFunction is the Lambda an operator invokes to rebuild a time
+// window's events from the table (functions/republish): a parallel Scan of
+// the table and PutEvents on the bus, nothing else.
+func republishFunction(stack awscdk.Stack, s Settings, table awsdynamodb.Table, bus awsevents.EventBus, removal awscdk.RemovalPolicy) awslambda.Function {
+	fn := newFunction(stack, "republish", s, map[string]*string{
+		"TABLE_NAME":     table.TableName(),
+		"EVENT_BUS_NAME": bus.EventBusName(),
+		"EVENT_SOURCE":   jsii.String(s.EventSource),
+	}, republishMemory, republishTimeout, removal)
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:Scan"),
+		Resources: &[]*string{table.TableArn()},
+	}))
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("events:PutEvents"),
+		Resources: &[]*string{bus.EventBusArn()},
+	}))
+	return fn
+}
+
+// onlyOurFunctionsPublish is the bus's resource policy: a PutEvents entry
+// with ExactOnce's source is denied to every principal but the publisher's
+// and the republish function's roles (same-account identity policies
+// included: an explicit deny wins). Subscribers' events.Parse also refuses
+// any other source.
+func onlyOurFunctionsPublish(bus awsevents.EventBus, source string, roles ...awsiam.IRole) {
+	arns := make([]*string, len(roles))
+	for i, r := range roles {
+		arns[i] = r.RoleArn()
+	}
+	bus.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("OnlyExactOncePublishesItsSource"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("events:PutEvents"),
+		Resources:  &[]*string{bus.EventBusArn()},
+		Conditions: &map[string]any{
+			"StringEquals": map[string]any{"events:source": source},
+			"ArnNotEquals": map[string]any{"aws:PrincipalArn": arns},
+		},
+	}))
+}
+
+// PublishFailuresMetric is the metric the publisher emits when EventBridge
+// did not accept entries (publish.MetricEntriesFailed), as the alarm reads it.
+func PublishFailuresMetric(period awscdk.Duration) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(telemetry.Namespace),
+		MetricName:    jsii.String(publish.MetricEntriesFailed),
+		DimensionsMap: &map[string]*string{publish.DimFunction: jsii.String(publish.FunctionName)},
+		Statistic:     jsii.String("Sum"),
+		Period:        period,
+	})
+}
+
+// iteratorAgeAlarmMs: events more than 3 minutes behind their writes.
+const iteratorAgeAlarmMs = 180_000
+
+// eventAlarms: publishing fails, events fall behind, something was set aside.
+func eventAlarms(alarm func(string, awscloudwatch.IMetric, float64, string), publisher awslambda.Function, onFailure awssqs.Queue, period awscdk.Duration) {
+	alarm("PublisherErrorsAlarm", publisher.MetricErrors(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}), 1,
+		"The stream publisher failed (EventBridge not accepting events, or a crash): the batch is retried; see its log group")
+	alarm("PublishFailuresAlarm", PublishFailuresMetric(period), 1,
+		"EventBridge did not accept events (EntriesFailed): they are retried in order until the records are 23 h old; see the publisher's log")
+	alarm("StreamIteratorAgeAlarm", publisher.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		iteratorAgeAlarmMs, "Events are published more than 3 minutes after their write: the publisher is failing, throttled or behind")
+	alarm("OnFailureQueueAlarm", onFailure.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		1, "Something was set aside: a stream record that cannot be read, or records 23 h old never published. Their events were NOT published: fix, then republish the window")
+}
+
+// reserve gives fn reserved concurrency.
+func reserve(fn awslambda.Function, n float64) {
+	fn.Node().DefaultChild().(awslambda.CfnFunction).SetReservedConcurrentExecutions(jsii.Number(n))
 }
 
 // exampleSubscriber wires the audit subscriber: a rule on the bus for the
@@ -388,7 +518,7 @@ func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, a
 	})
 	deadLetters := deadLetterQueue(stack, "AuditDeadLetters", "the dead-letter queue of the audit subscriber (rule target and async on-failure)", removal)
 
-	fn := newFunction(stack, "audit", s, map[string]*string{"DEDUPE_TABLE": claims.TableName()}, auditMemoryMB, auditTimeout, removal)
+	fn := newFunction(stack, "audit", s, map[string]*string{"DEDUPE_TABLE": claims.TableName(), "EVENT_SOURCE": jsii.String(s.EventSource)}, auditMemoryMB, auditTimeout, removal)
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions:   jsii.Strings("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
 		Resources: &[]*string{claims.TableArn()},

@@ -15,6 +15,9 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 func TestMain(m *testing.M) {
@@ -235,6 +238,7 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
 			`Allow "dynamodb:UpdateItem" on Actions`},
+		"republish": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on RepublishLogs`, `Allow "dynamodb:Scan" on Actions`, `Allow "events:PutEvents" on Bus`},
 	}
 	// The /keys functions reach only idempotency-key items, never an action.
 	keysOnly := ` if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["key#*"]}}`
@@ -268,7 +272,7 @@ func resourceNames(v any) string {
 	if s == `"*"` {
 		return "*"
 	}
-	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "KeyclaimLogs", "KeycompleteLogs", "KeyreleaseLogs", "KeygetLogs", "PublisherLogs", "SweeperLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
+	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "KeyclaimLogs", "KeycompleteLogs", "KeyreleaseLogs", "KeygetLogs", "PublisherLogs", "SweeperLogs", "RepublishLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
 		if strings.Contains(s, `"`+name) {
 			if i := strings.Index(s, "/index/"); i >= 0 {
 				return name + strings.TrimRight(s[i:], `"]}`)
@@ -386,7 +390,7 @@ func TestExampleSubscriber(t *testing.T) {
 	for _, a := range resources(tmpl, "AWS::CloudWatch::Alarm") {
 		metrics[fmt.Sprint(props(a)["Namespace"], "/", props(a)["MetricName"])]++
 	}
-	if metrics["AWS/Lambda/Errors"] != 11 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
+	if metrics["AWS/Lambda/Errors"] != 11 || metrics["ExactOnce/EntriesFailed"] != 1 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
 		t.Errorf("alarms with the subscriber: %v", metrics)
 	}
 	if tmpl["Outputs"].(map[string]any)["AuditClaimsTableName"] == nil {
@@ -443,10 +447,13 @@ func TestEventPlumbing(t *testing.T) {
 		for k, want := range map[string]string{
 			"StartingPosition":           `"TRIM_HORIZON"`,
 			"BatchSize":                  `100`,
-			"BisectBatchOnFunctionError": `true`,
-			"MaximumRetryAttempts":       `10`,
-			"MaximumRecordAgeInSeconds":  `86400`,
+			"BisectBatchOnFunctionError": `false`,
+			"MaximumRetryAttempts":       `-1`,
+			"MaximumRecordAgeInSeconds":  `82800`,
 			"FunctionResponseTypes":      `["ReportBatchItemFailures"]`,
+			// Key items (key#…) never invoke the publisher: only action images carry userId.
+			"FilterCriteria": `{"Filters":[{"Pattern":"{\"dynamodb\":{\"NewImage\":{\"userId\":{\"S\":[{\"exists\":true}]}}}}"},` +
+				`{"Pattern":"{\"dynamodb\":{\"OldImage\":{\"userId\":{\"S\":[{\"exists\":true}]}}}}"}]}`,
 		} {
 			if got := jsonOf(p[k]); got != want {
 				t.Errorf("%s = %s, want %s", k, got, want)
@@ -474,7 +481,7 @@ func TestEventPlumbing(t *testing.T) {
 			pub = jsonOf(props(fn)["Environment"])
 		}
 	}
-	if !strings.Contains(pub, "EVENT_BUS_NAME") || !strings.Contains(pub, `"EVENT_SOURCE":"exactonce"`) {
+	if !strings.Contains(pub, "EVENT_BUS_NAME") || !strings.Contains(pub, `"EVENT_SOURCE":"exactonce"`) || !strings.Contains(pub, `"ON_FAILURE_QUEUE_URL":{"Ref":"PublisherOnFailure`) {
 		t.Errorf("publisher environment: %s", pub)
 	}
 }
@@ -489,12 +496,13 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			t.Error("alarm actions without an alarm email")
 		}
 	}
-	want := map[string]int{"AWS/Lambda/Errors": 10, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1}
+	want := map[string]int{"AWS/Lambda/Errors": 10, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1,
+		"ExactOnce/EntriesFailed": 1}
 	if fmt.Sprint(metrics) != fmt.Sprint(want) {
 		t.Errorf("alarms on %v, want %v", metrics, want)
 	}
 	outs := tmpl["Outputs"].(map[string]any)
-	for _, o := range []string{"ApiUrl", "TableName", "EventBusName", "EventBusArn", "OnFailureQueueUrl"} {
+	for _, o := range []string{"ApiUrl", "TableName", "EventBusName", "EventBusArn", "OnFailureQueueUrl", "RepublishFunctionName"} {
 		if outs[o] == nil {
 			t.Errorf("no output %s", o)
 		}
@@ -580,6 +588,79 @@ func TestDashboard(t *testing.T) {
 			if !strings.Contains(body, want) {
 				t.Errorf("dashboard lacks %s", want)
 			}
+		}
+	}
+}
+
+// TestEventAlarms (issue 14): each event-pipeline alarm watches the metric
+// the code emits or AWS publishes, by the same constants: namespace, name,
+// dimensions, statistic and threshold.
+func TestEventAlarms(t *testing.T) {
+	_, tmpl := synth(t, Settings{})
+	byPrefix := map[string]map[string]any{}
+	for id, a := range resources(tmpl, "AWS::CloudWatch::Alarm") {
+		for _, p := range []string{"PublishFailuresAlarm", "StreamIteratorAgeAlarm", "OnFailureQueueAlarm", "PublisherErrorsAlarm"} {
+			if strings.HasPrefix(id, p) {
+				byPrefix[p] = props(a)
+			}
+		}
+	}
+	for name, want := range map[string]string{
+		// what publish.Publisher emits (TestOutageIsAFunctionError checks the EMF side)
+		"PublishFailuresAlarm":   fmt.Sprintf(`%s|%s|[{"Name":"%s","Value":"%s"}]|Sum|1`, telemetry.Namespace, publish.MetricEntriesFailed, publish.DimFunction, publish.FunctionName),
+		"StreamIteratorAgeAlarm": `AWS/Lambda|IteratorAge|[{"Name":"FunctionName","Value":{"Ref":"PublisherFunction`,
+		"OnFailureQueueAlarm":    `AWS/SQS|ApproximateNumberOfMessagesVisible|[{"Name":"QueueName","Value":{"Fn::GetAtt":["PublisherOnFailure`,
+		"PublisherErrorsAlarm":   `AWS/Lambda|Errors|[{"Name":"FunctionName","Value":{"Ref":"PublisherFunction`,
+	} {
+		p := byPrefix[name]
+		if p == nil {
+			t.Errorf("no %s", name)
+			continue
+		}
+		got := fmt.Sprintf("%v|%v|%s|%v|%v", p["Namespace"], p["MetricName"], jsonOf(p["Dimensions"]), p["Statistic"], p["Threshold"])
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("%s watches %s, want %s", name, got, want)
+		}
+	}
+	if th := byPrefix["StreamIteratorAgeAlarm"]["Threshold"]; th != 180000.0 {
+		t.Errorf("iterator age threshold %v ms, want 3 minutes", th)
+	}
+}
+
+// TestBusPolicy (issue 14, seen 3): only the publisher's and the republish
+// function's roles may put events with ExactOnce's source on the bus.
+func TestBusPolicy(t *testing.T) {
+	_, tmpl := synth(t, Settings{EventSource: "shop.exactonce"})
+	pols := resources(tmpl, "AWS::Events::EventBusPolicy")
+	if len(pols) != 1 {
+		t.Fatalf("%d bus policies", len(pols))
+	}
+	for _, p := range pols {
+		st := jsonOf(props(p)["Statement"])
+		for _, want := range []string{`"Effect":"Deny"`, `"Principal":{"AWS":"*"}`, `"Action":"events:PutEvents"`,
+			`"StringEquals":{"events:source":"shop.exactonce"}`,
+			`"ArnNotEquals":{"aws:PrincipalArn":[{"Fn::GetAtt":["PublisherRole`, `{"Fn::GetAtt":["RepublishRole`} {
+			if !strings.Contains(st, want) {
+				t.Errorf("bus policy lacks %s: %s", want, st)
+			}
+		}
+		if !strings.Contains(jsonOf(props(p)["EventBusName"]), `"Ref":"Bus`) {
+			t.Errorf("policy not on the bus: %s", jsonOf(props(p)))
+		}
+	}
+}
+
+// TestReservedConcurrency (issue 14, seen 4): API traffic cannot starve the
+// publisher or the sweeper; the API functions keep the shared pool.
+func TestReservedConcurrency(t *testing.T) {
+	_, tmpl := synth(t, Settings{})
+	got := map[string]any{}
+	for _, fn := range resources(tmpl, "AWS::Lambda::Function") {
+		got[strings.TrimPrefix(props(fn)["Description"].(string), "ExactOnce ")] = props(fn)["ReservedConcurrentExecutions"]
+	}
+	for name, want := range map[string]any{"publisher": 20.0, "sweeper": 2.0, "consume": nil, "create": nil} {
+		if got[name] != want {
+			t.Errorf("%s reserved concurrency %v, want %v", name, got[name], want)
 		}
 	}
 }

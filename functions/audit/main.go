@@ -1,7 +1,8 @@
 // Command audit is the example subscriber Lambda (deployed with the CDK
 // context exactonce:exampleSubscriber=true): an EventBridge rule on the
 // ExactOnce bus invokes it, and it logs one audit line per event, once per
-// eventId (claims in the DEDUPE_TABLE DynamoDB table).
+// eventId (claims in the DEDUPE_TABLE DynamoDB table); events whose source is
+// not EVENT_SOURCE (default exactonce) are refused.
 package main
 
 import (
@@ -27,6 +28,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := &audit.Subscriber{Guard: once.New(dynamodb.NewFromConfig(awsCfg), table), Log: app.Logger()}
+	s := &audit.Subscriber{Guard: once.New(dynamodb.NewFromConfig(awsCfg), table), Log: app.Logger(), Source: os.Getenv("EVENT_SOURCE")}
 	lambda.Start(s.Handle)
 }

@@ -7,6 +7,7 @@ package faults
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -26,7 +27,7 @@ type Rates struct {
 
 // Counts are the faults injected so far.
 type Counts struct {
-	Requests, Throttled, ServerErrors, Dropped int64
+	Requests, Throttled, ServerErrors, Dropped, Unavailable int64
 }
 
 // Proxy forwards to Target, injecting faults into requests whose
@@ -38,7 +39,9 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
-	counts struct{ requests, throttled, serverErrors, dropped atomic.Int64 }
+	counts struct{ requests, throttled, serverErrors, dropped, unavailable atomic.Int64 }
+	down   atomic.Bool
+	lose   atomic.Bool
 	plan   []bool // the next matching requests: true drops the answer, false passes
 	client *http.Client
 	srv    *http.Server
@@ -68,18 +71,28 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 // Counts returns the faults injected so far.
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
-		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load()}
+		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load()}
 }
+
+// Down makes the target unavailable (true) or available again (false): while
+// down, every matching request is answered 503 ServiceUnavailable without
+// being forwarded, as during an outage of the service.
+func (p *Proxy) Down(down bool) { p.down.Store(down) }
+
+// Lose makes the proxy accept every PutEvents entry without forwarding it
+// (true): events lost on purpose after the publisher saw them accepted.
+func (p *Proxy) Lose(lose bool) { p.lose.Store(lose) }
 
 func (p *Proxy) String() string {
 	c := p.Counts()
-	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding", c.Requests, c.Throttled, c.ServerErrors, c.Dropped)
+	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable", c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable)
 }
 
 type fault int
 
 const (
 	none fault = iota
+	unavailable
 	throttle
 	serverError
 	dropAfter
@@ -96,6 +109,9 @@ func (p *Proxy) pick(r *http.Request) fault {
 		}
 	}
 	p.counts.requests.Add(1)
+	if p.down.Load() {
+		return unavailable
+	}
 	p.mu.Lock()
 	if len(p.plan) > 0 {
 		drop := p.plan[0]
@@ -125,7 +141,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := p.pick(r)
+	if p.lose.Load() && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutEvents") {
+		var in struct{ Entries []json.RawMessage }
+		_ = json.Unmarshal(body, &in)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		out := `{"FailedEntryCount":0,"Entries":[`
+		for i := range in.Entries {
+			if i > 0 {
+				out += ","
+			}
+			out += `{"EventId":"lost"}`
+		}
+		_, _ = io.WriteString(w, out+"]}")
+		return
+	}
 	switch f {
+	case unavailable:
+		p.counts.unavailable.Add(1)
+		awsError(w, http.StatusServiceUnavailable, "ServiceUnavailableException", "Service is unavailable.")
+		return
 	case throttle:
 		p.counts.throttled.Add(1)
 		awsError(w, http.StatusBadRequest, "com.amazonaws.dynamodb.v20120810#ThrottlingException", "Rate of requests exceeds the allowed throughput.")

@@ -18,9 +18,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/local/eventbus"
 	"github.com/exactonce/exactonce/local/streams"
 	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/republish"
 
 	openapi "github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/local/gateway"
@@ -36,6 +38,9 @@ import (
 
 // DefaultTable is the local table's name.
 const DefaultTable = "exactonce-actions"
+
+// LocalBus is the local event bus's name.
+const LocalBus = "exactonce-local"
 
 // Options configure New.
 type Options struct {
@@ -61,6 +66,9 @@ type Options struct {
 	// EventBridgeVia, when set, maps the local bus's URL to the endpoint the
 	// publisher calls, e.g. a fault-injecting proxy in front of it.
 	EventBridgeVia func(busURL string) string
+	// TuneEvents adjusts the stream publisher and reader before they start
+	// (tests scale their retries and waits down).
+	TuneEvents func(*publish.Publisher, *streams.Reader)
 	// SweepEvery runs the expiry sweeper at this interval (0: not at all).
 	SweepEvery time.Duration
 	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
@@ -76,12 +84,16 @@ type Server struct {
 	Handler http.Handler
 	DB      *dynamodb.Client
 	Table   string
-	Bus     *eventbus.Bus  // nil unless Options.Events
-	Sweeper *sweep.Sweeper // runs every Options.SweepEvery
-	Metrics *telemetry.Metrics
-	ctx     context.Context
-	stop    context.CancelFunc
-	bg      sync.WaitGroup
+	Bus     *eventbus.Bus // nil unless Options.Events
+	// DeadLetters is what the stream publisher and reader set aside (the
+	// on-failure queue of the stack), at GET /_local/dead-letters.
+	DeadLetters *streams.DeadLetters
+	Publisher   *publish.Publisher // nil unless Options.Events
+	Sweeper     *sweep.Sweeper     // runs every Options.SweepEvery
+	Metrics     *telemetry.Metrics
+	ctx         context.Context
+	stop        context.CancelFunc
+	bg          sync.WaitGroup
 }
 
 // Close stops the background work (stream reader, sweeper) and the local bus.
@@ -163,6 +175,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 			return nil, err
 		}
 		mux.Handle("GET /_local/events", srv.Bus.Handler())
+		mux.Handle("GET /_local/dead-letters", srv.DeadLetters.Handler())
+		mux.Handle("POST /_local/republish", srv.republishHandler(o.Log))
 	}
 	return srv, nil
 }
@@ -183,19 +197,51 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 		endpoint = o.EventBridgeVia(bus.URL)
 	}
 	ebCfg := config.Local(endpoint)
-	pub := publish.New(eventbridge.NewFromConfig(ebCfg), "exactonce-local", "exactonce", o.Log)
+	ebCfg.Retryer = awsCfg.Retryer // the SDK retries the caller chose (tests: short waits)
+	dead := &streams.DeadLetters{}
+	pub := publish.New(eventbridge.NewFromConfig(ebCfg), LocalBus, events.DefaultSource, o.Log)
 	pub.Metrics = s.Metrics
+	pub.SetAside = func(_ context.Context, a publish.Aside) error { return dead.Add(a) }
+	// The reader mirrors the stack's event source mapping: unlimited
+	// retries up to the record age limit, then the on-failure queue.
 	reader := &streams.Reader{
 		DB: s.DB, Streams: dynamodbstreams.NewFromConfig(awsCfg), Table: s.Table,
 		Handle: pub.Handle, Log: o.Log,
+		RetryAttempts: publish.MappingRetryAttempts, MaxRecordAge: publish.MappingMaxRecordAge,
+		SetAside: func(_ context.Context, f streams.OnFailure) { _ = dead.Add(f) },
 	}
-	s.Bus = bus
+	if o.TuneEvents != nil {
+		o.TuneEvents(pub, reader)
+	}
+	s.Bus, s.DeadLetters, s.Publisher = bus, dead, pub
 	s.background(func(ctx context.Context) {
 		if err := reader.Run(ctx); err != nil && ctx.Err() == nil {
 			o.Log.Error("stream reader stopped", "error", err.Error())
 		}
 	})
 	return nil
+}
+
+// republishHandler runs the republish Lambda's handler on the local table
+// and bus: POST /_local/republish with its input, {"from","to"?,"segments"?}.
+func (s *Server) republishHandler(log *slog.Logger) http.Handler {
+	r := &republish.Republisher{DB: s.DB, Table: s.Table, Publisher: s.Publisher, Log: log}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		var in republish.Request
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&in); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": err.Error()})
+			return
+		}
+		res, err := r.Handle(req.Context(), in)
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			json.NewEncoder(w).Encode(map[string]any{"error": "republish_failed", "message": err.Error(), "result": res})
+			return
+		}
+		json.NewEncoder(w).Encode(res)
+	})
 }
 
 // background runs f until Close.

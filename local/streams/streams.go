@@ -1,13 +1,19 @@
 // Package streams reads a table's DynamoDB stream (DynamoDB Local's real
 // one) and hands its records to a Lambda stream handler the way the event
-// source mapping does: in order per shard, in batches, and retrying from the
-// first record the handler reports as failed.
+// source mapping does: in order per shard, in batches, retrying from the
+// first record the handler reports as failed (the whole batch after a
+// function error) with a backoff, and, like the mapping's on-failure
+// destination, setting a batch aside when its retries or its records' age
+// limit run out, then going on.
 package streams
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"sync"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
@@ -29,6 +35,78 @@ type Reader struct {
 	Log     *slog.Logger
 	Poll    time.Duration // wait when a shard has nothing new (default 100 ms)
 	Batch   int32         // records per handler call (default 100, as the stack)
+
+	// RetryAttempts is the mapping's MaximumRetryAttempts: how often a
+	// failing batch is retried before it is set aside. 0 means the stack's
+	// default, Unlimited (-1): until MaxRecordAge.
+	RetryAttempts int
+	// MaxRecordAge is the mapping's MaximumRecordAgeInSeconds: records older
+	// are set aside instead of handled (0: no limit).
+	MaxRecordAge time.Duration
+	// Backoff is the wait before the first retry of a batch; it doubles per
+	// retry up to MaxBackoff (defaults 500 ms and 5 s).
+	Backoff, MaxBackoff time.Duration
+	// SetAside receives what the mapping would send to its on-failure
+	// destination (nil: it is only logged).
+	SetAside func(context.Context, OnFailure)
+}
+
+// Unlimited retries: until the records' age limit.
+const Unlimited = -1
+
+// OnFailure is what the mapping's on-failure destination receives about a
+// batch it gave up on (the shape of Lambda's invocation record for stream
+// sources): where the records were, never the records.
+type OnFailure struct {
+	Condition              string    `json:"condition"` // RetryAttemptsExhausted or RecordAgeExceeded
+	ApproximateInvokeCount int       `json:"approximateInvokeCount"`
+	BatchInfo              BatchInfo `json:"DDBStreamBatchInfo"`
+	Timestamp              string    `json:"timestamp"`
+}
+
+// BatchInfo locates a batch in the stream.
+type BatchInfo struct {
+	ShardID                         string `json:"shardId"`
+	StartSequenceNumber             string `json:"startSequenceNumber"`
+	EndSequenceNumber               string `json:"endSequenceNumber"`
+	ApproximateArrivalOfFirstRecord string `json:"approximateArrivalOfFirstRecord"`
+	ApproximateArrivalOfLastRecord  string `json:"approximateArrivalOfLastRecord"`
+	BatchSize                       int    `json:"batchSize"`
+	StreamArn                       string `json:"streamArn"`
+}
+
+// DeadLetters keeps what was set aside, locally: the on-failure queue of
+// make run, at GET /_local/dead-letters.
+type DeadLetters struct {
+	mu    sync.Mutex
+	items []json.RawMessage
+}
+
+// Add keeps v as JSON.
+func (d *DeadLetters) Add(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.items = append(d.items, b)
+	return nil
+}
+
+// List returns what was set aside, oldest first.
+func (d *DeadLetters) List() []json.RawMessage {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]json.RawMessage{}, d.items...)
+}
+
+// Handler serves the list as a JSON array.
+func (d *DeadLetters) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d.List())
+	})
 }
 
 // Run reads until ctx ends.
@@ -38,6 +116,15 @@ func (r *Reader) Run(ctx context.Context) error {
 	}
 	if r.Batch == 0 {
 		r.Batch = 100
+	}
+	if r.RetryAttempts == 0 {
+		r.RetryAttempts = Unlimited
+	}
+	if r.Backoff == 0 {
+		r.Backoff = 500 * time.Millisecond
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = 5 * time.Second
 	}
 	t, err := r.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &r.Table})
 	if err != nil {
@@ -92,19 +179,28 @@ func (r *Reader) Run(ctx context.Context) error {
 
 // shard reads one batch of a shard and runs the handler on it until the
 // handler accepts every record, as Lambda retries a batch from its first
-// failed record. It returns the next iterator (nil when the shard closed).
+// failed record (the whole batch after a function error), waiting longer
+// after each failure; records past the age limit, or the rest of a batch
+// past its retries, are set aside and the shard goes on. It returns the
+// next iterator (nil when the shard closed).
 func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *string) (*string, bool, error) {
 	out, err := r.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: it, Limit: aws.Int32(r.Batch)})
 	if err != nil {
 		return it, false, err
 	}
 	recs := out.Records
-	for len(recs) > 0 && ctx.Err() == nil {
+	for invokes := 0; len(recs) > 0 && ctx.Err() == nil; {
+		if n := r.tooOld(recs); n > 0 {
+			r.setAside(ctx, "RecordAgeExceeded", invokes, shardID, aws.ToString(arn), recs[:n])
+			recs = recs[n:]
+			continue
+		}
 		ev := lambdaevents.DynamoDBEvent{Records: make([]lambdaevents.DynamoDBEventRecord, len(recs))}
 		for i, rec := range recs {
 			ev.Records[i] = convert(rec, aws.ToString(arn))
 		}
 		resp, err := r.Handle(ctx, ev)
+		invokes++
 		if err == nil && len(resp.BatchItemFailures) == 0 {
 			break
 		}
@@ -117,11 +213,51 @@ func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *str
 				}
 			}
 		}
-		r.Log.Warn("stream batch not fully processed; retrying", "shard", shardID, "from", from, "records", len(recs))
 		recs = recs[from:]
-		r.wait(ctx, 500*time.Millisecond)
+		if r.RetryAttempts >= 0 && invokes > r.RetryAttempts {
+			r.setAside(ctx, "RetryAttemptsExhausted", invokes, shardID, aws.ToString(arn), recs)
+			break
+		}
+		wait := min(r.MaxBackoff, r.Backoff<<min(invokes-1, 20))
+		msg := "stream batch not fully processed; retrying"
+		if err != nil {
+			msg = "stream handler failed; retrying the batch"
+		}
+		r.Log.Warn(msg, "shard", shardID, "from", from, "records", len(recs), "retry", invokes, "in", wait.String())
+		r.wait(ctx, wait)
 	}
 	return out.NextShardIterator, len(out.Records) > 0, nil
+}
+
+// tooOld returns how many leading records are past MaxRecordAge.
+func (r *Reader) tooOld(recs []types.Record) int {
+	if r.MaxRecordAge <= 0 {
+		return 0
+	}
+	n := 0
+	for n < len(recs) && recs[n].Dynamodb != nil && recs[n].Dynamodb.ApproximateCreationDateTime != nil &&
+		time.Since(*recs[n].Dynamodb.ApproximateCreationDateTime) > r.MaxRecordAge {
+		n++
+	}
+	return n
+}
+
+func (r *Reader) setAside(ctx context.Context, condition string, invokes int, shardID, arn string, recs []types.Record) {
+	first, last := recs[0].Dynamodb, recs[len(recs)-1].Dynamodb
+	at := func(d *types.StreamRecord) string {
+		if d == nil || d.ApproximateCreationDateTime == nil {
+			return ""
+		}
+		return d.ApproximateCreationDateTime.UTC().Format(time.RFC3339)
+	}
+	f := OnFailure{Condition: condition, ApproximateInvokeCount: invokes, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
+		BatchInfo: BatchInfo{ShardID: shardID, StartSequenceNumber: aws.ToString(first.SequenceNumber), EndSequenceNumber: aws.ToString(last.SequenceNumber),
+			ApproximateArrivalOfFirstRecord: at(first), ApproximateArrivalOfLastRecord: at(last), BatchSize: len(recs), StreamArn: arn}}
+	r.Log.Error("stream records set aside", "condition", condition, "shard", shardID, "records", len(recs),
+		"startSequenceNumber", f.BatchInfo.StartSequenceNumber, "endSequenceNumber", f.BatchInfo.EndSequenceNumber)
+	if r.SetAside != nil {
+		r.SetAside(ctx, f)
+	}
 }
 
 func (r *Reader) wait(ctx context.Context, d time.Duration) {

@@ -95,3 +95,125 @@ func TestBatchItemFailures(t *testing.T) {
 		t.Errorf("%d handler calls; want the failed batch retried twice", calls)
 	}
 }
+
+// TestSetAsideThenGoOn: like the mapping with MaximumRetryAttempts, a batch
+// whose failure persists is retried that many times (with a backoff), then
+// what is left of it goes to the on-failure destination with its shard and
+// sequence range, and the shard goes on with the next records.
+func TestSetAsideThenGoOn(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := config.Local(testkit.Endpoint)
+	db := dynamodb.NewFromConfig(cfg)
+	const table = "streams-aside"
+	if err := store.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string) {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		put(fmt.Sprintf("b%02d", i))
+	}
+	var mu sync.Mutex
+	var handled []string
+	var aside []streams.OnFailure
+	invokes := 0
+	handle := func(_ context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		invokes++
+		for _, r := range ev.Records {
+			if id := r.Change.Keys["actionId"].String(); id == "b03" {
+				return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{{ItemIdentifier: r.Change.SequenceNumber}}}, nil
+			} else if !slices.Contains(handled, id) {
+				handled = append(handled, id)
+			}
+		}
+		return lambdaevents.DynamoDBEventResponse{}, nil
+	}
+	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(cfg), Table: table, Handle: handle,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Batch: 100, Poll: 20 * time.Millisecond,
+		RetryAttempts: 2, Backoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
+		SetAside: func(_ context.Context, f streams.OnFailure) { mu.Lock(); aside = append(aside, f); mu.Unlock() }}
+	go r.Run(ctx)
+
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			done := ok()
+			mu.Unlock()
+			if done {
+				return
+			}
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("%s: handled %v, set aside %+v, %d invocations", what, handled, aside, invokes)
+			}
+		}
+	}
+	waitFor("set aside", func() bool { return len(aside) == 1 })
+	put("b06") // the shard goes on
+	waitFor("goes on", func() bool { return slices.Contains(handled, "b06") })
+	mu.Lock()
+	defer mu.Unlock()
+	f := aside[0]
+	if f.Condition != "RetryAttemptsExhausted" || f.ApproximateInvokeCount != 3 || f.BatchInfo.BatchSize != 3 ||
+		f.BatchInfo.StartSequenceNumber == "" || f.BatchInfo.EndSequenceNumber == "" || f.BatchInfo.ShardID == "" {
+		t.Fatalf("on-failure record %+v: want b03..b05 after 1 call + 2 retries", f)
+	}
+	if !slices.Equal(handled, []string{"b00", "b01", "b02", "b06"}) {
+		t.Fatalf("handled %v", handled)
+	}
+}
+
+// TestRecordAgeSetAside: records older than MaxRecordAge are not handed to
+// the handler but set aside (condition RecordAgeExceeded), as the mapping
+// does with MaximumRecordAgeInSeconds.
+func TestRecordAgeSetAside(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := config.Local(testkit.Endpoint)
+	db := dynamodb.NewFromConfig(cfg)
+	const table = "streams-age"
+	if err := store.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
+			Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: fmt.Sprint("c", i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var aside []streams.OnFailure
+	handled := 0
+	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(cfg), Table: table,
+		Handle: func(_ context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+			mu.Lock()
+			handled += len(ev.Records)
+			mu.Unlock()
+			return lambdaevents.DynamoDBEventResponse{}, nil
+		},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 20 * time.Millisecond, MaxRecordAge: time.Nanosecond,
+		SetAside: func(_ context.Context, f streams.OnFailure) { mu.Lock(); aside = append(aside, f); mu.Unlock() }}
+	go r.Run(ctx)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(aside)
+		mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(aside) != 1 || aside[0].Condition != "RecordAgeExceeded" || aside[0].BatchInfo.BatchSize != 3 || handled != 0 {
+		t.Fatalf("set aside %+v, handled %d", aside, handled)
+	}
+}

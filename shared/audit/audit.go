@@ -19,13 +19,20 @@ type Subscriber struct {
 	// Log receives the audit lines (JSON to stdout in Lambda, so CloudWatch
 	// Logs holds the audit trail).
 	Log *slog.Logger
+	// Source is the events' expected source (exactonce:eventSource);
+	// "" means events.DefaultSource. Events from any other are refused.
+	Source string
 }
 
 // Handle records one event. An error makes EventBridge / Lambda redeliver it:
 // a parse error (an unknown schema version needs a newer subscriber) and
 // once.ErrInProgress (another delivery is handling it) both should.
 func (s *Subscriber) Handle(ctx context.Context, ev lambdaevents.CloudWatchEvent) error {
-	e, err := events.Parse(ev)
+	source := s.Source
+	if source == "" {
+		source = events.DefaultSource
+	}
+	e, err := events.ParseFrom(ev, source)
 	if err != nil {
 		return err
 	}

@@ -93,8 +93,13 @@ func TestAuditOncePerEvent(t *testing.T) {
 		t.Errorf("canceled line: %v", c)
 	}
 
-	bad := lambdaevents.CloudWatchEvent{DetailType: "action.consumed", Detail: json.RawMessage(`{"version":"9","eventId":"x"}`)}
+	bad := lambdaevents.CloudWatchEvent{Source: "exactonce", DetailType: "action.consumed", Detail: json.RawMessage(`{"version":"9","eventId":"x"}`)}
 	if err := sub.Handle(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "version") {
 		t.Errorf("unknown version: %v", err)
+	}
+	// A forged event with a real event id is refused before it is claimed.
+	forged := lambdaevents.CloudWatchEvent{Source: "attacker", DetailType: "action.consumed", Detail: json.RawMessage(`{"version":"1","eventId":"x"}`)}
+	if err := sub.Handle(context.Background(), forged); err == nil || !strings.Contains(err.Error(), "source") {
+		t.Errorf("forged source: %v", err)
 	}
 }

@@ -1,8 +1,10 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 type img = map[string]lambdaevents.DynamoDBAttributeValue
@@ -253,34 +256,178 @@ func TestPublishThrottlingAnd5xx(t *testing.T) {
 	}
 }
 
-// TestPublishGivesUp: when an entry keeps failing, the earliest record whose
-// event was not accepted is reported, and nothing after it is claimed.
+// TestPublishGivesUp: when an entry keeps failing, the handler returns
+// ErrPublishing (the mapping retries the whole batch, in order) and sends
+// nothing after the failing PutEvents batch.
 func TestPublishGivesUp(t *testing.T) {
 	ev := consumes(30)
-	// Insert a record with no event between, to check sequence numbers map right.
 	ev.Records = append(ev.Records[:12], append([]lambdaevents.DynamoDBEventRecord{record("INSERT", nil, base("new"), false, "create")}, ev.Records[12:]...)...)
 	// The event of action a013 is rejected every time it is sent.
 	rejectID := events.EventID(events.TypeConsumed, "a013", "2023-11-14T22:13:20.000Z")
 	f := &fakeEventBridge{fail: func(_, _ int, id string) bool { return id == rejectID }}
 	p := newPublisher(t, f)
 	resp, err := p.Handle(context.Background(), ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// a013 is record 14 (after the inserted create); its sequence number is "00013".
-	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "00013" {
-		t.Fatalf("batch item failures %+v, want the record of a013", resp.BatchItemFailures)
+	if !errors.Is(err, ErrPublishing) || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("err %v, failures %+v; want ErrPublishing alone", err, resp.BatchItemFailures)
 	}
 	if f.accepted[rejectID] != 0 {
 		t.Fatal("the rejected event was counted as accepted")
 	}
-	// The first batch (a000..a009) went through; the second batch's other
-	// entries may be accepted too (they are re-sent with the same ids on
-	// Lambda's retry); nothing after that batch was sent.
 	if len(f.accepted) != 19 || f.accepted[events.EventID(events.TypeConsumed, "a020", "2023-11-14T22:13:20.000Z")] != 0 {
 		t.Fatalf("%d accepted, want the 19 of the first two batches but a013", len(f.accepted))
 	}
 	if f.calls != 1+p.Attempts {
 		t.Fatalf("%d calls, want 1 + %d attempts of the failing batch", f.calls, p.Attempts)
+	}
+}
+
+// TestRebuild: the event rebuilt from a finished action in the table is the
+// one Derive made from its stream record, id and detail alike.
+func TestRebuild(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cur  img
+	}{
+		{"consumed", base("a", "consumedAt", str("2023-11-14T23:00:00.000Z"), "consumedReason", str("checkout"))},
+		{"canceled", base("a", "canceledAt", str("2023-11-14T23:00:00.000Z"), "cancelReason", str("refund"))},
+		{"expired", base("a", "expiredAt", str("2023-11-15T22:14:00.000Z"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fromStream, err := Derive(record("MODIFY", base("a"), tc.cur, false, "1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := decode(tc.cur)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rebuilt, at, err := Rebuild(a)
+			if err != nil || rebuilt == nil || at.IsZero() {
+				t.Fatalf("%v %v %v", rebuilt, at, err)
+			}
+			if rebuilt.EventID != fromStream.EventID || string(rebuilt.Detail) != string(fromStream.Detail) || rebuilt.DetailType != fromStream.DetailType {
+				t.Fatalf("rebuilt %s %s\n stream %s %s", rebuilt.EventID, rebuilt.Detail, fromStream.EventID, fromStream.Detail)
+			}
+		})
+	}
+	open, _ := decode(base("a"))
+	if e, _, err := Rebuild(open); e != nil || err != nil {
+		t.Fatalf("an open action rebuilt into %v, %v", e, err)
+	}
+}
+
+// poison is a stream record of an action whose image the store cannot
+// decode (userId is a number), with its keys and creation time.
+func poison(seq string) lambdaevents.DynamoDBEventRecord {
+	bad := base("bad", "userId", num(7), "consumedAt", str("2023-11-14T23:00:00.000Z"))
+	r := record("MODIFY", base("bad", "userId", num(7)), bad, false, seq)
+	r.Change.Keys = img{"actionId": str("bad")}
+	r.Change.ApproximateCreationDateTime = lambdaevents.SecondsEpochTime{Time: time.Now()}
+	return r
+}
+
+// TestPoisonRecord (issue 14, seen 1): one undecodable record in a batch
+// does not hold back the events of the others. Every decodable record's
+// event is published in the same invocation (those before it would
+// otherwise be checkpointed unpublished; those after it are re-sent with
+// the same ids on the retry); only the poison record is reported, and after
+// PoisonAttempts reports it is set aside with its keys, sequence number,
+// time and error, and the batch succeeds.
+func TestPoisonRecord(t *testing.T) {
+	ev := consumes(5)
+	ev.Records = append(ev.Records[:3], append([]lambdaevents.DynamoDBEventRecord{poison("bad-seq")}, ev.Records[3:]...)...)
+	f := &fakeEventBridge{}
+	p := newPublisher(t, f)
+	var aside []Aside
+	p.SetAside = func(_ context.Context, a Aside) error { aside = append(aside, a); return nil }
+
+	for attempt := 1; attempt <= p.PoisonAttempts; attempt++ {
+		resp, err := p.Handle(context.Background(), ev)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		if len(f.accepted) != 5 {
+			t.Fatalf("attempt %d: %d of 5 events accepted (%d PutEvents calls)", attempt, len(f.accepted), f.calls)
+		}
+		last := attempt == p.PoisonAttempts
+		switch {
+		case !last && (len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "bad-seq"):
+			t.Fatalf("attempt %d: batch item failures %+v, want only the poison record", attempt, resp.BatchItemFailures)
+		case last && len(resp.BatchItemFailures) != 0:
+			t.Fatalf("attempt %d: batch item failures %+v after setting it aside", attempt, resp.BatchItemFailures)
+		case !last && len(aside) != 0:
+			t.Fatalf("attempt %d: set aside before its retries", attempt)
+		}
+		// Lambda retries from the reported record: the records before it are done.
+		if attempt == 1 {
+			ev.Records = ev.Records[3:]
+		}
+	}
+	if len(aside) != 1 {
+		t.Fatalf("%d records set aside, want 1", len(aside))
+	}
+	a := aside[0]
+	if a.SequenceNumber != "bad-seq" || a.Keys["actionId"] != "bad" || a.EventName != "MODIFY" || a.ApproximateCreationTime == "" ||
+		!strings.Contains(a.Error, "userId") || a.Attempts != p.PoisonAttempts {
+		t.Fatalf("set aside %+v", a)
+	}
+	if b, _ := json.Marshal(a); strings.Contains(string(b), "sealed-secret-bytes") || strings.Contains(string(b), "c2VhbGVk") {
+		t.Fatalf("set-aside record leaks the payload: %s", b)
+	}
+	for id, n := range f.accepted {
+		if n < 1 {
+			t.Fatalf("event %s not accepted", id)
+		}
+	}
+}
+
+// TestPoisonRecordTooOld: a poison record older than PoisonMaxAge is set
+// aside at once (a fresh instance has no count of earlier reports).
+func TestPoisonRecordTooOld(t *testing.T) {
+	ev := consumes(2)
+	old := poison("old-seq")
+	old.Change.ApproximateCreationDateTime = lambdaevents.SecondsEpochTime{Time: time.Now().Add(-time.Hour)}
+	ev.Records = append(ev.Records, old)
+	f := &fakeEventBridge{}
+	p := newPublisher(t, f)
+	var aside []Aside
+	p.SetAside = func(_ context.Context, a Aside) error { aside = append(aside, a); return nil }
+	resp, err := p.Handle(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 || len(aside) != 1 || len(f.accepted) != 2 {
+		t.Fatalf("err %v, failures %+v, aside %d, accepted %d", err, resp.BatchItemFailures, len(aside), len(f.accepted))
+	}
+}
+
+// TestOutageIsAFunctionError (issue 14, seen 2): when EventBridge keeps
+// failing, the handler returns an error (so the mapping retries the same
+// batch with its backoff, until the record age limit, and the Errors alarm
+// sees it) instead of a batch item failure that spends a retry attempt, and
+// it emits EntriesFailed with the dimensions the alarm watches.
+func TestOutageIsAFunctionError(t *testing.T) {
+	f := &fakeEventBridge{status: func(int) int { return 503 }}
+	p := newPublisher(t, f)
+	var emf bytes.Buffer
+	p.Metrics = telemetry.New(&emf)
+	resp, err := p.Handle(context.Background(), consumes(25))
+	if !errors.Is(err, ErrPublishing) {
+		t.Fatalf("err %v, want ErrPublishing (a function error)", err)
+	}
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("batch item failures %+v alongside the function error", resp.BatchItemFailures)
+	}
+	if want := p.Attempts * retry.DefaultMaxAttempts; f.calls != want {
+		t.Fatalf("%d PutEvents calls, want %d: the first batch's attempts (each with the SDK's own), then stop (order is kept)", f.calls, want)
+	}
+	var failed float64
+	for _, tot := range p.Metrics.Totals() {
+		if tot.Metric == MetricEntriesFailed && tot.Dimensions[DimFunction] == FunctionName && len(tot.Dimensions) == 1 {
+			failed += tot.Sum
+		}
+	}
+	if failed != 25 {
+		t.Fatalf("%s = %v, want 25 (every entry not accepted)\n%s", MetricEntriesFailed, failed, emf.String())
+	}
+	if !strings.Contains(emf.String(), `"Namespace":"`+telemetry.Namespace+`"`) {
+		t.Fatalf("EMF: %s", emf.String())
 	}
 }

@@ -2,8 +2,11 @@ package publish
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
@@ -20,6 +23,44 @@ const (
 	MaxBatchBytes   = 256 * 1024
 )
 
+// Metrics the publisher emits (namespace telemetry.Namespace, one dimension
+// DimFunction=FunctionName). The stack's alarms and dashboard use these
+// constants, so an alarm always watches a metric the code emits.
+const (
+	DimFunction  = "Function"
+	FunctionName = "publisher"
+
+	MetricEventsPublished   = "EventsPublished"   // entries EventBridge accepted
+	MetricEntriesRetried    = "EntriesRetried"    // entries re-sent within an invocation
+	MetricEntriesFailed     = "EntriesFailed"     // entries not accepted when the invocation gave up: publishing is failing
+	MetricBatchItemFailures = "BatchItemFailures" // undecodable records reported for a retry
+	MetricRecordsSetAside   = "RecordsSetAside"   // undecodable records set aside (on the on-failure queue)
+)
+
+// ErrPublishing is returned (a function error) when EventBridge did not
+// accept every event of a batch after the retries: the event source mapping
+// then retries the same batch from its start, in order, until the records'
+// age limit, instead of counting a batch item failure per attempt.
+var ErrPublishing = errors.New("publish: EventBridge did not accept every event")
+
+// The event source mapping's limits, set by the stack and mirrored by the
+// local stream reader. Retries are unlimited, so a batch that fails because
+// EventBridge does is retried (in order) until its records are
+// MappingMaxRecordAge old: an outage is a delay. The age limit is an hour
+// under the stream's 24 h retention so that a record given up on is
+// reported to the on-failure queue (and its alarm) while its sequence
+// number still means something; republish then rebuilds its event.
+const (
+	MappingRetryAttempts = -1
+	MappingMaxRecordAge  = 23 * time.Hour
+)
+
+// Defaults for undecodable (poison) records.
+const (
+	DefaultPoisonAttempts = 3
+	DefaultPoisonMaxAge   = 5 * time.Minute
+)
+
 // Publisher publishes the events of stream records to an EventBridge bus.
 type Publisher struct {
 	eb     *eventbridge.Client
@@ -28,17 +69,48 @@ type Publisher struct {
 	log    *slog.Logger
 	// Attempts is how many times one batch is tried (the first call plus
 	// retries of its failed entries); Backoff caps the wait between them.
+	// Together they pace an invocation during an EventBridge outage (10-30
+	// s of trying, SDK retries included, before the function error), so the mapping's retries
+	// are not spent in a hot loop.
 	Attempts int
 	Backoff  time.Duration
 	sleep    func(context.Context, time.Duration) error
-	// Metrics receives EventsPublished, EntriesRetried and
-	// BatchItemFailures per invocation (nil: none).
+	// Metrics receives the Metric* values per invocation (nil: none).
 	Metrics *telemetry.Metrics
+
+	// SetAside receives an undecodable record once it has been reported
+	// PoisonAttempts times by this instance, or once it is PoisonMaxAge
+	// old (a new instance has no count). nil: never set aside; the record
+	// is reported until the mapping's own limits discard it.
+	SetAside       func(context.Context, Aside) error
+	PoisonAttempts int
+	PoisonMaxAge   time.Duration
+	now            func() time.Time
+
+	mu       sync.Mutex
+	reported map[string]int // sequence number → times reported undecodable
+}
+
+// Aside is what is kept of an undecodable record: enough to find and fix
+// the item (its keys, where it was in the stream, when, why), never its
+// images (they hold the encrypted payload and the PIN hash).
+type Aside struct {
+	Reason                  string            `json:"reason"`
+	EventSourceARN          string            `json:"eventSourceArn,omitempty"`
+	EventID                 string            `json:"eventId"`
+	EventName               string            `json:"eventName"`
+	Keys                    map[string]string `json:"keys"`
+	SequenceNumber          string            `json:"sequenceNumber"`
+	ApproximateCreationTime string            `json:"approximateCreationTime"`
+	Error                   string            `json:"error"`
+	Attempts                int               `json:"attempts"`
+	SetAsideAt              string            `json:"setAsideAt"`
 }
 
 // New returns a Publisher to bus with the given event source.
 func New(eb *eventbridge.Client, bus, source string, log *slog.Logger) *Publisher {
-	return &Publisher{eb: eb, bus: bus, source: source, log: log, Attempts: 6, Backoff: 2 * time.Second, sleep: sleepCtx}
+	return &Publisher{eb: eb, bus: bus, source: source, log: log, Attempts: 8, Backoff: 4 * time.Second, sleep: sleepCtx,
+		PoisonAttempts: DefaultPoisonAttempts, PoisonMaxAge: DefaultPoisonMaxAge, now: time.Now}
 }
 
 // pending is an event still to be accepted, with the record it came from.
@@ -48,44 +120,170 @@ type pending struct {
 	size   int
 }
 
-// Handle is the Lambda handler for the stream. It publishes every record's
-// event in stream order and, if some event is still not accepted after the
-// retries, reports the earliest such record as the batch item failure, so
-// Lambda retries from there: nothing is skipped, and events already
-// accepted may be published again with the same eventId (subscribers
-// de-duplicate). It never reports success for an event not accepted.
-func (p *Publisher) Handle(ctx context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
-	var published, retried int
-	resp := p.handle(ctx, ev, &published, &retried)
-	p.Metrics.Emit([]telemetry.Dim{{Name: "Function", Value: "publisher"}},
-		telemetry.Value{Name: "EventsPublished", Unit: telemetry.Count, Value: float64(published)},
-		telemetry.Value{Name: "EntriesRetried", Unit: telemetry.Count, Value: float64(retried)},
-		telemetry.Value{Name: "BatchItemFailures", Unit: telemetry.Count, Value: float64(len(resp.BatchItemFailures))})
-	return resp, nil
+// stats are one invocation's counts, emitted as metrics.
+type stats struct {
+	published, retried, failed, reported, setAside int
 }
 
-func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, published, retried *int) lambdaevents.DynamoDBEventResponse {
+// Handle is the Lambda handler for the stream (ReportBatchItemFailures on).
+//
+// Every decodable record's event is published before Handle returns, in
+// stream order. That matters because of how Lambda reads the answer: a
+// batch item failure for record i checkpoints everything before i and
+// retries from i. So:
+//   - an undecodable record never holds back the others: the events of the
+//     records before it are published now (they are checkpointed), and so
+//     are those after it (they come again in the retry, with the same event
+//     ids, which subscribers de-duplicate). Only that record is reported;
+//     after PoisonAttempts reports (or PoisonMaxAge) it is set aside with
+//     its context (SetAside: the on-failure queue) and the batch succeeds.
+//   - when EventBridge does not accept every event after the retries, Handle
+//     returns ErrPublishing, a function error: the mapping retries the whole
+//     batch, in order, until the record age limit (an outage is a delay up to
+//     the stream's retention), and the Errors alarm sees it. Reporting a
+//     batch item failure instead would spend one of the mapping's retries
+//     per invocation, emptying the stream into the on-failure queue within
+//     minutes.
+//
+// It never reports success for an event not accepted.
+func (p *Publisher) Handle(ctx context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+	var st stats
+	resp, err := p.handle(ctx, ev, &st)
+	p.Metrics.Emit([]telemetry.Dim{{Name: DimFunction, Value: FunctionName}},
+		telemetry.Value{Name: MetricEventsPublished, Unit: telemetry.Count, Value: float64(st.published)},
+		telemetry.Value{Name: MetricEntriesRetried, Unit: telemetry.Count, Value: float64(st.retried)},
+		telemetry.Value{Name: MetricEntriesFailed, Unit: telemetry.Count, Value: float64(st.failed)},
+		telemetry.Value{Name: MetricBatchItemFailures, Unit: telemetry.Count, Value: float64(st.reported)},
+		telemetry.Value{Name: MetricRecordsSetAside, Unit: telemetry.Count, Value: float64(st.setAside)})
+	return resp, err
+}
+
+func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, st *stats) (lambdaevents.DynamoDBEventResponse, error) {
+	ok := lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{}}
 	var todo []pending
+	var poison []int
+	var poisonErr []error
 	for i, rec := range ev.Records {
 		e, err := Derive(rec)
 		if err != nil {
-			// A record we cannot read is not skipped: retried, then sent to the
-			// on-failure queue by the event source mapping.
-			p.log.Error("undecodable stream record", "eventID", rec.EventID, "error", err.Error())
-			return failAt(ev, i)
-		}
-		if e == nil {
+			p.log.Error("undecodable stream record", "eventID", rec.EventID, "sequenceNumber", rec.Change.SequenceNumber, "error", err.Error())
+			poison, poisonErr = append(poison, i), append(poisonErr, err)
 			continue
 		}
-		entry := ebtypes.PutEventsRequestEntry{
-			EventBusName: aws.String(p.bus),
-			Source:       aws.String(p.source),
-			DetailType:   aws.String(e.DetailType),
-			Detail:       aws.String(string(e.Detail)),
-			Resources:    []string{},
+		if e != nil {
+			todo = append(todo, p.pending(i, e))
 		}
-		todo = append(todo, pending{record: i, entry: entry, size: entrySize(entry)})
 	}
+	if err := p.publish(ctx, todo, st); err != nil {
+		return ok, err
+	}
+	// Everything decodable is published; now the poison records, in order:
+	// set aside those retried enough, report the first of the others.
+	for k, i := range poison {
+		rec := ev.Records[i]
+		n := p.report(rec.Change.SequenceNumber)
+		if !p.dueAside(rec, n) {
+			st.reported++
+			return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{
+				{ItemIdentifier: rec.Change.SequenceNumber},
+			}}, nil
+		}
+		a := p.aside(rec, poisonErr[k], n)
+		if err := p.SetAside(ctx, a); err != nil {
+			// Not set aside: report it, so it is retried (and set aside then).
+			p.log.Error("could not set aside an undecodable record", "sequenceNumber", a.SequenceNumber, "error", err.Error())
+			st.reported++
+			return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{
+				{ItemIdentifier: rec.Change.SequenceNumber},
+			}}, nil
+		}
+		p.forget(rec.Change.SequenceNumber)
+		st.setAside++
+		p.log.Error("undecodable stream record set aside", "sequenceNumber", a.SequenceNumber, "keys", a.Keys, "attempts", n)
+	}
+	return ok, nil
+}
+
+// report counts one more report of an undecodable record and returns the count.
+func (p *Publisher) report(seq string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reported == nil || len(p.reported) > 10_000 {
+		p.reported = map[string]int{}
+	}
+	p.reported[seq]++
+	return p.reported[seq]
+}
+
+func (p *Publisher) forget(seq string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.reported, seq)
+}
+
+// dueAside reports whether an undecodable record reported n times (by this
+// instance) is to be set aside now rather than retried.
+func (p *Publisher) dueAside(rec lambdaevents.DynamoDBEventRecord, n int) bool {
+	if p.SetAside == nil {
+		return false
+	}
+	if n >= max(p.PoisonAttempts, 1) {
+		return true
+	}
+	at := rec.Change.ApproximateCreationDateTime.Time
+	return p.PoisonMaxAge > 0 && !at.IsZero() && p.now().Sub(at) >= p.PoisonMaxAge
+}
+
+func (p *Publisher) aside(rec lambdaevents.DynamoDBEventRecord, err error, n int) Aside {
+	keys := make(map[string]string, len(rec.Change.Keys))
+	for k, v := range rec.Change.Keys {
+		switch v.DataType() {
+		case lambdaevents.DataTypeString:
+			keys[k] = v.String()
+		case lambdaevents.DataTypeNumber:
+			keys[k] = v.Number()
+		}
+	}
+	var at string
+	if t := rec.Change.ApproximateCreationDateTime.Time; !t.IsZero() {
+		at = t.UTC().Format(time.RFC3339)
+	}
+	return Aside{
+		Reason: "undecodable stream record", EventSourceARN: rec.EventSourceArn, EventID: rec.EventID, EventName: rec.EventName,
+		Keys: keys, SequenceNumber: rec.Change.SequenceNumber, ApproximateCreationTime: at, Error: err.Error(), Attempts: n,
+		SetAsideAt: p.now().UTC().Format(time.RFC3339),
+	}
+}
+
+// Publish sends entries in order, batched, with the retries; it returns how
+// many were accepted and, if not all, an error wrapping ErrPublishing. The
+// stream handler and the republish command share it.
+func (p *Publisher) Publish(ctx context.Context, entries []*Entry) (int, error) {
+	todo := make([]pending, len(entries))
+	for i, e := range entries {
+		todo[i] = p.pending(i, e)
+	}
+	var st stats
+	err := p.publish(ctx, todo, &st)
+	return st.published, err
+}
+
+func (p *Publisher) pending(record int, e *Entry) pending {
+	entry := ebtypes.PutEventsRequestEntry{
+		EventBusName: aws.String(p.bus),
+		Source:       aws.String(p.source),
+		DetailType:   aws.String(e.DetailType),
+		Detail:       aws.String(string(e.Detail)),
+		Resources:    []string{},
+	}
+	return pending{record: record, entry: entry, size: entrySize(entry)}
+}
+
+// publish sends todo in batches, in order, and stops at the first batch
+// that still fails after its retries (later ones would only fail too, and
+// must not overtake it).
+func (p *Publisher) publish(ctx context.Context, todo []pending, st *stats) error {
+	total := len(todo)
 	for len(todo) > 0 {
 		n, bytes := 0, 0
 		for n < len(todo) && n < MaxBatchEntries && bytes+todo[n].size <= MaxBatchBytes {
@@ -95,20 +293,22 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, p
 		if n == 0 {
 			n = 1 // a single oversize entry: let PutEvents reject it rather than loop
 		}
-		failed := p.putWithRetries(ctx, todo[:n], retried)
-		*published += n - len(failed)
+		failed, lastErr := p.putWithRetries(ctx, todo[:n], &st.retried)
+		st.published += n - len(failed)
 		if len(failed) > 0 {
-			return failAt(ev, failed[0].record)
+			st.failed += len(todo) - (n - len(failed))
+			return fmt.Errorf("%w: %d of %d not accepted after %d attempts (last: %v)", ErrPublishing, st.failed, total, p.Attempts, lastErr)
 		}
 		todo = todo[n:]
 	}
-	return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{}}
+	return nil
 }
 
 // putWithRetries sends one batch and retries only its failed entries with
 // capped exponential backoff and full jitter. It returns what still failed,
-// in record order.
-func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried *int) []pending {
+// in record order, and the last failure seen.
+func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried *int) ([]pending, error) {
+	var last error
 	for attempt := 0; ; attempt++ {
 		entries := make([]ebtypes.PutEventsRequestEntry, len(batch))
 		for i, b := range batch {
@@ -119,32 +319,30 @@ func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried
 		switch {
 		case err != nil:
 			p.log.Warn("PutEvents failed", "entries", len(batch), "attempt", attempt+1, "error", err.Error())
-			failed = batch
+			failed, last = batch, err
 		case out.FailedEntryCount > 0 || len(out.Entries) != len(batch):
+			code := ""
 			for i, b := range batch {
 				if i >= len(out.Entries) || out.Entries[i].EventId == nil || out.Entries[i].ErrorCode != nil {
 					failed = append(failed, b)
+					if i < len(out.Entries) && code == "" {
+						code = aws.ToString(out.Entries[i].ErrorCode)
+					}
 				}
 			}
-			p.log.Warn("PutEvents partial failure", "failed", len(failed), "entries", len(batch), "attempt", attempt+1)
+			last = fmt.Errorf("%d entries rejected (%s)", len(failed), code)
+			p.log.Warn("PutEvents partial failure", "failed", len(failed), "entries", len(batch), "attempt", attempt+1, "errorCode", code)
 		}
 		if len(failed) == 0 || attempt+1 >= p.Attempts {
-			return failed
+			return failed, last
 		}
 		batch = failed
 		*retried += len(failed)
 		wait := min(p.Backoff, 50*time.Millisecond<<attempt)
 		if err := p.sleep(ctx, rand.N(wait+1)); err != nil {
-			return batch
+			return batch, err
 		}
 	}
-}
-
-// failAt reports record i (and so everything after it) as not processed.
-func failAt(ev lambdaevents.DynamoDBEvent, i int) lambdaevents.DynamoDBEventResponse {
-	return lambdaevents.DynamoDBEventResponse{BatchItemFailures: []lambdaevents.DynamoDBBatchItemFailure{
-		{ItemIdentifier: ev.Records[i].Change.SequenceNumber},
-	}}
 }
 
 // entrySize is EventBridge's size of an entry: source, detail-type, detail,

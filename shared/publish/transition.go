@@ -50,13 +50,9 @@ func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
 		}
 		switch {
 		case old.ConsumedAt.IsZero() && !cur.ConsumedAt.IsZero():
-			return entry(events.TypeConsumed, cur, &events.Consumed{
-				Common: common(events.TypeConsumed, cur, cur.ConsumedAt), ConsumedAt: store.FormatTime(cur.ConsumedAt), Reason: cur.ConsumedReason,
-			})
+			return consumed(cur)
 		case old.CanceledAt.IsZero() && !cur.CanceledAt.IsZero():
-			return entry(events.TypeCanceled, cur, &events.Canceled{
-				Common: common(events.TypeCanceled, cur, cur.CanceledAt), CanceledAt: store.FormatTime(cur.CanceledAt), Reason: cur.CancelReason,
-			})
+			return canceled(cur)
 		case old.ExpiredAt.IsZero() && !cur.ExpiredAt.IsZero():
 			return expired(cur, "sweep")
 		}
@@ -66,6 +62,41 @@ func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
 		}
 	}
 	return nil, nil
+}
+
+// Rebuild returns the event of the transition that finished an action read
+// from the table (consumed, canceled, or marked expired by the sweeper) and
+// when that transition happened, or nil for an action still open. It is
+// the same event, with the same eventId, that Derive made from the stream
+// record of that transition: the republish command relies on it.
+func Rebuild(a *action.Action) (*Entry, time.Time, error) {
+	var e *Entry
+	var at time.Time
+	var err error
+	switch {
+	case !a.ConsumedAt.IsZero():
+		e, err = consumed(a)
+		at = a.ConsumedAt
+	case !a.CanceledAt.IsZero():
+		e, err = canceled(a)
+		at = a.CanceledAt
+	case !a.ExpiredAt.IsZero():
+		e, err = expired(a, "sweep")
+		at = a.ExpiredAt
+	}
+	return e, at, err
+}
+
+func consumed(a *action.Action) (*Entry, error) {
+	return entry(events.TypeConsumed, a, &events.Consumed{
+		Common: common(events.TypeConsumed, a, a.ConsumedAt), ConsumedAt: store.FormatTime(a.ConsumedAt), Reason: a.ConsumedReason,
+	})
+}
+
+func canceled(a *action.Action) (*Entry, error) {
+	return entry(events.TypeCanceled, a, &events.Canceled{
+		Common: common(events.TypeCanceled, a, a.CanceledAt), CanceledAt: store.FormatTime(a.CanceledAt), Reason: a.CancelReason,
+	})
 }
 
 // byTTL reports whether DynamoDB's TTL process deleted the item.

@@ -1,0 +1,154 @@
+// Package republish rebuilds, from the table, the events of every action
+// consumed, canceled or marked expired in a time window, and publishes them
+// again with the same event ids (shared/publish builds them), so subscribers
+// that de-duplicate on eventId see each one once. It is the way out of an
+// on-failure message, an outage longer than the stream's 24 h, or any event
+// a subscriber lost. Running it twice is harmless.
+//
+// Cost: a Scan reads every item of the table, whatever the window (the
+// filter is applied after the read): eventually consistent, 0.5 read unit
+// per 4 KB read, so a million ~1 KB actions is ~125,000 read request units,
+// about $0.016 on demand (us-east-1, $0.125 per million), plus one
+// EventBridge event ($1.00 per million) per action in the window.
+package republish
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// DefaultSegments of the parallel Scan.
+const DefaultSegments = 8
+
+// Request is the Lambda's input (and the command's flags).
+type Request struct {
+	// From and To bound the window (RFC 3339): transitions at or after From
+	// and before To. To defaults to now.
+	From string `json:"from"`
+	To   string `json:"to,omitempty"`
+	// Segments of the parallel Scan (default DefaultSegments, at most 1000);
+	// Only, when set, scans just these segments (e.g. one Lambda invocation
+	// per segment for a table too large for one invocation's 15 minutes).
+	Segments int   `json:"segments,omitempty"`
+	Only     []int `json:"only,omitempty"`
+}
+
+// Result says what was done.
+type Result struct {
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Segments  int     `json:"segments"`
+	Scanned   int     `json:"scanned"`   // items read
+	Matched   int     `json:"matched"`   // actions finished in the window
+	Published int     `json:"published"` // events EventBridge accepted
+	ReadUnits float64 `json:"readUnits"` // consumed by the Scan
+	// Undecodable are ids of items in the window that are not valid
+	// actions: no event can be rebuilt for them (fix the item, run again).
+	Undecodable []string `json:"undecodable,omitempty"`
+	Millis      int64    `json:"durationMs"`
+}
+
+// Republisher reads one table and publishes through one publisher.
+type Republisher struct {
+	DB        *dynamodb.Client
+	Table     string
+	Publisher *publish.Publisher
+	Log       *slog.Logger
+	Now       func() time.Time // nil: time.Now
+}
+
+// Handle runs one republish (the Lambda handler). An error says what failed;
+// what was published before it stays published, and a rerun is safe.
+func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	start := now()
+	from, err := time.Parse(time.RFC3339Nano, req.From)
+	if err != nil {
+		return Result{}, fmt.Errorf("republish: from must be an RFC 3339 time: %w", err)
+	}
+	to := start
+	if req.To != "" {
+		if to, err = time.Parse(time.RFC3339Nano, req.To); err != nil {
+			return Result{}, fmt.Errorf("republish: to must be an RFC 3339 time: %w", err)
+		}
+	}
+	if !from.Before(to) {
+		return Result{}, fmt.Errorf("republish: from %s is not before to %s", req.From, to.Format(time.RFC3339))
+	}
+	total := req.Segments
+	if total <= 0 {
+		total = DefaultSegments
+	}
+	if total > 1000 {
+		return Result{}, fmt.Errorf("republish: at most 1000 segments")
+	}
+	segments := req.Only
+	if len(segments) == 0 {
+		for i := range total {
+			segments = append(segments, i)
+		}
+	}
+	for _, s := range segments {
+		if s < 0 || s >= total {
+			return Result{}, fmt.Errorf("republish: segment %d is not in 0..%d", s, total-1)
+		}
+	}
+	res := Result{From: store.FormatTime(from), To: store.FormatTime(to), Segments: total}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(segments))
+	for i, seg := range segments {
+		wg.Go(func() {
+			st, err := store.ScanFinished(ctx, r.DB, r.Table, from, to, seg, total, func(actions []*action.Action) error {
+				entries := make([]*publish.Entry, 0, len(actions))
+				for _, a := range actions {
+					e, _, err := publish.Rebuild(a)
+					if err != nil {
+						return err
+					}
+					if e != nil {
+						entries = append(entries, e)
+					}
+				}
+				n, err := r.Publisher.Publish(ctx, entries)
+				mu.Lock()
+				res.Published += n
+				mu.Unlock()
+				return err
+			})
+			mu.Lock()
+			res.Scanned += st.Scanned
+			res.Matched += st.Matched
+			res.ReadUnits += st.ReadUnits
+			res.Undecodable = append(res.Undecodable, st.Undecodable...)
+			mu.Unlock()
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	res.Millis = now().Sub(start).Milliseconds()
+	for _, err := range errs {
+		if err != nil {
+			r.Log.Error("republish failed", "error", err.Error(), "published", res.Published)
+			return res, err
+		}
+	}
+	if len(res.Undecodable) > 0 {
+		r.Log.Error("items in the window could not be read; no event rebuilt for them", "actionIds", res.Undecodable)
+	}
+	r.Log.Info("republished", "from", res.From, "to", res.To, "scanned", res.Scanned, "matched", res.Matched,
+		"published", res.Published, "readUnits", res.ReadUnits, "durationMs", res.Millis)
+	return res, nil
+}
