@@ -33,6 +33,7 @@ type Client struct {
 	http   *http.Client
 	retry  Retry
 	signer *sigV4
+	caller string
 }
 
 // Retry is the retry policy: capped exponential backoff with full jitter
@@ -46,6 +47,13 @@ type Retry struct {
 
 // Option configures a Client.
 type Option func(*Client)
+
+// WithCaller makes every call, on a local server (make run), as the given
+// IAM principal ARN: the X-Exactonce-Caller header, which the local server
+// maps to a tenant as API Gateway's IAM authorizer does the SigV4 signer in
+// AWS (there the header is ignored; use WithSigV4 with that principal's
+// credentials).
+func WithCaller(principalARN string) Option { return func(c *Client) { c.caller = principalARN } }
 
 // WithHTTPClient sets the HTTP client (default: a client with a 30 s timeout).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
@@ -159,6 +167,9 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	}
 	if cl.key != "" {
 		req.Header.Set("Idempotency-Key", cl.key)
+	}
+	if c.caller != "" {
+		req.Header.Set("X-Exactonce-Caller", c.caller)
 	}
 	if c.signer != nil {
 		if err := c.signer.sign(ctx, req, cl.body); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/exactonce/exactonce/client"
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/server"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -343,4 +344,26 @@ func TestSigV4(t *testing.T) {
 func sha(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestWithCaller: locally, the client calls as a principal; two tenants'
+// clients see only their own actions.
+func TestWithCaller(t *testing.T) {
+	env := testkit.NewEnv(t, func(o *server.Options) { o.Tenants = `{"a":["svc-a"],"b":["svc-b"]}` })
+	ctx := context.Background()
+	a := client.New(env.URL, client.WithCaller("arn:aws:sts::111122223333:assumed-role/svc-a/s"))
+	b := client.New(env.URL, client.WithCaller("arn:aws:sts::111122223333:assumed-role/svc-b/s"))
+	if _, err := a.CreateAction(ctx, client.CreateInput{ActionID: "c-1", UserID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GetAction(ctx, "c-1"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("b reads a's action: %v", err)
+	}
+	if _, err := a.Consume(ctx, "c-1", client.ConsumeInput{}); err != nil {
+		t.Fatal(err)
+	}
+	var e *client.Error
+	if _, err := client.New(env.URL).GetAction(ctx, "c-1"); !errors.Is(err, client.ErrForbidden) || !errors.As(err, &e) || e.Status != 403 {
+		t.Fatalf("no caller, not in the map: %v", err)
+	}
 }

@@ -72,6 +72,7 @@ var (
 	ErrInProgress          error = &sentinel{[]string{"in_progress"}}
 	ErrLeaseLost           error = &sentinel{[]string{"lease_lost"}}
 	ErrKeyCompleted        error = &sentinel{[]string{"key_completed"}}
+	ErrForbidden           error = &sentinel{[]string{"forbidden"}}
 	ErrUnavailable         error = &sentinel{[]string{"unavailable"}}
 )
 

@@ -31,6 +31,7 @@ const (
 type Common struct {
 	Version    string            `json:"version"`
 	EventID    string            `json:"eventId"`
+	Tenant     string            `json:"tenant,omitempty"` // the owning tenant; absent for the default tenant
 	ActionID   string            `json:"actionId"`
 	UserID     string            `json:"userId"`
 	Kind       string            `json:"kind,omitempty"`

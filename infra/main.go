@@ -14,9 +14,13 @@
 //	exactonce:exampleSubscriber  true: deploy the example audit subscriber
 //	exactonce:expiryShards partitions of the expiry index (default 16; only ever raise it)
 //	exactonce:tracing      true: X-Ray active tracing, AWS SDK calls as subsegments (default false)
+//	exactonce:tenants      tenant map, JSON {"tenant": ["principal pattern", ...]} (default: one tenant)
+//	exactonce:tenantClaim  JWT claim matched against the tenant map (auth=jwt; default sub)
+//	exactonce:exampleSubscriberTenant  the example subscriber's rule takes only this tenant's events
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +30,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 func main() {
@@ -67,6 +73,22 @@ func settingsFrom(app awscdk.App) (Settings, error) {
 		EventSource:       contextString(app, "exactonce:eventSource", "exactonce"),
 		ExampleSubscriber: contextString(app, "exactonce:exampleSubscriber", "false") == "true",
 		Tracing:           contextString(app, "exactonce:tracing", "false") == "true",
+		TenantClaim:       contextString(app, "exactonce:tenantClaim", ""),
+		SubscriberTenant:  contextString(app, "exactonce:exampleSubscriberTenant", ""),
+	}
+	if v := app.Node().TryGetContext(jsii.String("exactonce:tenants")); v != nil {
+		text, ok := v.(string) // -c exactonce:tenants='{"a":["..."]}'
+		if !ok {               // an object in cdk.json
+			b, err := json.Marshal(v)
+			if err != nil {
+				return s, fmt.Errorf("exactonce:tenants: %w", err)
+			}
+			text = string(b)
+		}
+		if _, err := tenant.Parse(text); err != nil {
+			return s, fmt.Errorf("exactonce:tenants: %w", err)
+		}
+		s.Tenants = text
 	}
 	if v := contextString(app, "exactonce:expiryShards", ""); v != "" {
 		n, err := strconv.Atoi(v)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/publish"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
@@ -55,6 +56,14 @@ type Settings struct {
 	Tracing bool
 	// Code returns the asset folder holding the bootstrap binary of a function.
 	Code func(name string) string
+	// Tenants is the tenant map (JSON, see shared/tenant), given to the API
+	// functions as EXACTONCE_TENANTS; "" means one default tenant.
+	Tenants string
+	// TenantClaim is the JWT claim matched against the map (auth=jwt).
+	TenantClaim string
+	// SubscriberTenant, when set, makes the example subscriber's rule take
+	// only that tenant's events (detail.tenant).
+	SubscriberTenant string
 }
 
 // Route is an HTTP route served by one function.
@@ -237,6 +246,12 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 		if r.Secret {
 			fnEnv["EXACTONCE_SECRET_ARN"] = secret.SecretArn()
 		}
+		if s.Tenants != "" {
+			fnEnv[config.EnvTenants] = jsii.String(s.Tenants)
+		}
+		if s.TenantClaim != "" {
+			fnEnv[config.EnvJWTClaim] = jsii.String(s.TenantClaim)
+		}
 		fn := newFunction(stack, r.Function, s, fnEnv, apiMemoryMB, apiTimeout, removal)
 		tableAccess := &awsiam.PolicyStatementProps{
 			Actions:   jsii.Strings(r.TableActions...),
@@ -254,11 +269,15 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 				Resources: &[]*string{secret.SecretArn()},
 			}))
 		}
-		api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		route := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{r.Method},
 			Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(title(r.Function)+"Integration"), fn, nil),
-		})
+		}
+		if s.Auth == "jwt" { // each route needs its own scope (the handler checks it too)
+			route.AuthorizationScopes = jsii.Strings(httpapi.RouteScope(string(r.Method) + " " + r.Path))
+		}
+		api.AddRoutes(route)
 		alarm(title(r.Function)+"ErrorsAlarm", fn.MetricErrors(&awscloudwatch.MetricOptions{Period: fiveMin, Statistic: jsii.String("Sum")}), 1,
 			"The "+r.Function+" function failed (crash or timeout): see its log group")
 	}
@@ -531,12 +550,9 @@ func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, a
 		OnFailure:     awslambdadestinations.NewSqsDestination(deadLetters),
 	})
 	awsevents.NewRule(stack, jsii.String("AuditRule"), &awsevents.RuleProps{
-		EventBus:    bus,
-		Description: jsii.String("ExactOnce events to the example audit subscriber"),
-		EventPattern: &awsevents.EventPattern{
-			Source:     jsii.Strings(s.EventSource),
-			DetailType: jsii.Strings(events.TypeConsumed, events.TypeCanceled, events.TypeExpired),
-		},
+		EventBus:     bus,
+		Description:  jsii.String("ExactOnce events to the example audit subscriber"),
+		EventPattern: subscriberPattern(s),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn, &awseventstargets.LambdaFunctionProps{
 			DeadLetterQueue: deadLetters,
 			RetryAttempts:   jsii.Number(185),
@@ -607,3 +623,17 @@ func newFunction(stack awscdk.Stack, name string, s Settings, env map[string]*st
 }
 
 func title(s string) string { return string(s[0]-'a'+'A') + s[1:] }
+
+// subscriberPattern is the example subscriber's rule: ExactOnce's events,
+// of one tenant when SubscriberTenant is set (detail.tenant; events of the
+// default tenant carry none).
+func subscriberPattern(s Settings) *awsevents.EventPattern {
+	p := &awsevents.EventPattern{
+		Source:     jsii.Strings(s.EventSource),
+		DetailType: jsii.Strings(events.TypeConsumed, events.TypeCanceled, events.TypeExpired),
+	}
+	if s.SubscriberTenant != "" {
+		p.Detail = &map[string]any{"tenant": []string{s.SubscriberTenant}}
+	}
+	return p
+}

@@ -191,9 +191,18 @@ func TestRoutesAuth(t *testing.T) {
 	}
 
 	_, tmpl = synth(t, Settings{Auth: "jwt", JwtIssuer: "https://issuer.example", JwtAudience: []string{"exactonce"}})
+	scopes := map[string]string{
+		"POST /actions": "actions:create", "GET /actions/{actionId}": "actions:read",
+		"POST /actions/{actionId}/consume": "actions:consume", "POST /actions/{actionId}/cancel": "actions:cancel",
+		"POST /keys/{key}/claim": "keys", "POST /keys/{key}/complete": "keys", "POST /keys/{key}/release": "keys", "GET /keys/{key}": "keys",
+	}
 	for _, r := range resources(tmpl, "AWS::ApiGatewayV2::Route") {
+		key := props(r)["RouteKey"].(string)
 		if props(r)["AuthorizationType"] != "JWT" {
-			t.Errorf("jwt route %v: %v", props(r)["RouteKey"], props(r)["AuthorizationType"])
+			t.Errorf("jwt route %v: %v", key, props(r)["AuthorizationType"])
+		}
+		if got := jsonOf(props(r)["AuthorizationScopes"]); got != `["`+scopes[key]+`"]` {
+			t.Errorf("jwt route %s: scopes %s, want [%s]", key, got, scopes[key])
 		}
 	}
 	auths := resources(tmpl, "AWS::ApiGatewayV2::Authorizer")
@@ -293,6 +302,35 @@ func sameSet(a, b []string) bool {
 // TestExampleSubscriber: off by default; with exactonce:exampleSubscriber the
 // audit function gets a rule on the bus for the three event types, its own
 // claims table with TTL, only the three item writes on it, and dead letters.
+// TestTenantsContext: the tenant map and claim reach every API function
+// (and only them); the example subscriber's rule can take one tenant.
+func TestTenantsContext(t *testing.T) {
+	const m = `{"coupons":["arn:aws:iam::111122223333:role/coupon-*"]}`
+	_, tmpl := synth(t, Settings{Tenants: m, TenantClaim: "client_id", ExampleSubscriber: true, SubscriberTenant: "coupons"})
+	n := 0
+	for id, f := range resources(tmpl, "AWS::Lambda::Function") {
+		vars, _ := props(f)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		api := false
+		for _, r := range Routes {
+			api = api || strings.HasPrefix(id, title(r.Function)+"Function")
+		}
+		if api != (vars["EXACTONCE_TENANTS"] == m) || api != (vars["EXACTONCE_TENANT_CLAIM"] == "client_id") {
+			t.Errorf("%s: tenants %v claim %v", id, vars["EXACTONCE_TENANTS"], vars["EXACTONCE_TENANT_CLAIM"])
+		}
+		if api {
+			n++
+		}
+	}
+	if n != len(Routes) {
+		t.Fatalf("%d API functions carry the map, want %d", n, len(Routes))
+	}
+	for id, r := range resources(tmpl, "AWS::Events::Rule") {
+		if strings.HasPrefix(id, "AuditRule") && !strings.Contains(jsonOf(props(r)["EventPattern"]), `"detail":{"tenant":["coupons"]}`) {
+			t.Errorf("subscriber rule: %s", jsonOf(props(r)["EventPattern"]))
+		}
+	}
+}
+
 func TestExampleSubscriber(t *testing.T) {
 	_, tmpl := synth(t, Settings{})
 	auditRules := func(tmpl map[string]any) map[string]map[string]any {

@@ -2,9 +2,11 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -169,5 +171,35 @@ func TestJWTScopes(t *testing.T) {
 	}
 	if r := as(t, env, alpha, "GET", "/actions/j1", ""); r.Status != 404 {
 		t.Fatalf("alpha sees beta's action: %s", r.Raw)
+	}
+}
+
+// TestEventsCarryTheTenant: the same id consumed in two tenants gives two
+// events, each with its tenant and its own event id.
+func TestEventsCarryTheTenant(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants, testkit.WithEvents)
+	for _, who := range []string{alpha, beta} {
+		as(t, env, who, "POST", "/actions", `{"actionId":"coupon-7","userId":"u"}`)
+		if r := as(t, env, who, "POST", "/actions/coupon-7/consume", ``); r.Status != 200 {
+			t.Fatal(r.Raw)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(env.Bus.Events()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := map[string]string{}
+	for _, e := range env.Bus.Events() {
+		var d struct{ Tenant, ActionID, EventID string }
+		if err := json.Unmarshal(e.Detail, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.ActionID != "coupon-7" {
+			t.Fatalf("event for %q", d.ActionID)
+		}
+		got[d.Tenant] = d.EventID
+	}
+	if len(got) != 2 || got["alpha"] == "" || got["beta"] == "" || got["alpha"] == got["beta"] {
+		t.Fatalf("events by tenant: %v", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // Entry is one event to publish, derived from one stream record.
@@ -116,7 +117,8 @@ func expired(a *action.Action, by string) (*Entry, error) {
 func common(detailType string, a *action.Action, at time.Time) events.Common {
 	return events.Common{
 		Version:    events.Version,
-		EventID:    events.EventID(detailType, a.ID, store.FormatTime(a.CreatedAt)),
+		EventID:    eventID(detailType, a),
+		Tenant:     a.Tenant,
 		ActionID:   a.ID,
 		UserID:     a.UserID,
 		Kind:       a.Kind,
@@ -130,7 +132,14 @@ func entry(detailType string, a *action.Action, detail any) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Entry{DetailType: detailType, EventID: events.EventID(detailType, a.ID, store.FormatTime(a.CreatedAt)), Detail: b}, nil
+	return &Entry{DetailType: detailType, EventID: eventID(detailType, a), Detail: b}, nil
+}
+
+// eventID is the transition's deterministic id. It names the action by its
+// item key, so two tenants' actions of the same id never share an event id
+// (and the default tenant's ids are what they always were).
+func eventID(detailType string, a *action.Action) string {
+	return events.EventID(detailType, tenant.ItemKey(a.Tenant, a.ID), store.FormatTime(a.CreatedAt))
 }
 
 // decode reads a stream image with the store's own decoder.
