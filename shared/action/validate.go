@@ -42,6 +42,9 @@ type CreateRequest struct {
 	MaxPINAttempts *int              `json:"maxPinAttempts,omitempty"`
 	// Payload is any JSON value, kept as its raw bytes; it is sealed before storage.
 	Payload jsontext.Value `json:"payload,omitzero"`
+	// Supersede cancels the user's earlier open actions of the same kind
+	// once this one is written.
+	Supersede bool `json:"supersede,omitempty"`
 }
 
 // ErrExpiresAtPassed is the refusal of a create whose expiresAt is not in

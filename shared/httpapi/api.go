@@ -64,6 +64,7 @@ func (a *API) Routes() map[string]Handler {
 	return map[string]Handler{
 		RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel,
 		RouteKeyClaim: a.Claim, RouteKeyComplete: a.Complete, RouteKeyRelease: a.Release, RouteKeyGet: a.GetKey,
+		RouteUserList: a.ListUser, RouteUserCancel: a.CancelUser,
 	}
 }
 
@@ -102,11 +103,22 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 		created, err := a.store.Create(ctx, act, r.fingerprints)
 		var replay *action.Replay
-		if errors.As(err, &replay) {
-			return a.createReplayed(c, r, replay.Action)
-		}
-		if err != nil {
+		switch {
+		case errors.As(err, &replay):
+			created = replay.Action
+		case err != nil:
 			return fail(err)
+		}
+		if req.Supersede {
+			// After the write, and on every retry of it: the user's earlier open
+			// actions of this kind are canceled (idempotent; a dependency fault
+			// is a 503 the caller retries with its key).
+			if _, err := a.store.Supersede(ctx, created, act.Create, r.fingerprints, a.Now()); err != nil {
+				return fail(err)
+			}
+		}
+		if replay != nil {
+			return a.createReplayed(c, r, replay.Action)
 		}
 		c.outcome = "created"
 		return respond(http.StatusCreated, view(created, created.CreatedAt), nil), nil

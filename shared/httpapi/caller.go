@@ -15,6 +15,7 @@ var routeScopes = map[string]string{
 	RouteCreate: "actions:create", RouteGet: "actions:read",
 	RouteConsume: "actions:consume", RouteCancel: "actions:cancel",
 	RouteKeyClaim: "keys", RouteKeyComplete: "keys", RouteKeyRelease: "keys", RouteKeyGet: "keys",
+	RouteUserList: "actions:read", RouteUserCancel: "actions:cancel",
 }
 
 // RouteScope is the JWT scope a route needs.

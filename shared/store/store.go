@@ -104,6 +104,8 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 	u.set(attrActiveAtMs, n(a.ActiveAt.UnixMilli()))
 	u.set(attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
 	u.set(attrCreatedAt, ts(a.CreatedAt))
+	u.set(attrCreatedAtMs, n(a.CreatedAt.UnixMilli())) // the user index's sort key
+	u.set(attrUserKey, s(userKey(a.Tenant, a.UserID))) // and its partition key: written here only
 	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
 	u.set(attrExpShard, s(expiryShard(pk, st.shards)))
 	if len(a.Metadata) > 0 {

@@ -25,11 +25,11 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 			StreamEnabled:  aws.Bool(true),
 			StreamViewType: types.StreamViewTypeNewAndOldImages,
 		},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{expiryIndex},
+		GlobalSecondaryIndexes: indexes,
 	})
 	var inUse *types.ResourceInUseException
 	if errors.As(err, &inUse) {
-		return addExpiryIndex(ctx, db, name)
+		return addIndexes(ctx, db, name)
 	}
 	if err != nil {
 		return fmt.Errorf("create table %s: %w", name, err)
@@ -51,7 +51,13 @@ var attributeDefinitions = []types.AttributeDefinition{
 	{AttributeName: aws.String(attrID), AttributeType: types.ScalarAttributeTypeS},
 	{AttributeName: aws.String(attrExpShard), AttributeType: types.ScalarAttributeTypeS},
 	{AttributeName: aws.String(attrExpiresAtMs), AttributeType: types.ScalarAttributeTypeN},
+	{AttributeName: aws.String(attrUserKey), AttributeType: types.ScalarAttributeTypeS},
+	{AttributeName: aws.String(attrCreatedAtMs), AttributeType: types.ScalarAttributeTypeN},
 }
+
+// indexes are the table's global secondary indexes, both keys-only and
+// sparse: written by the create alone, so no later write touches them.
+var indexes = []types.GlobalSecondaryIndex{expiryIndex, userIndex}
 
 var expiryIndex = types.GlobalSecondaryIndex{
 	IndexName: aws.String(ExpiryIndex),
@@ -62,25 +68,31 @@ var expiryIndex = types.GlobalSecondaryIndex{
 	Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
 }
 
-func addExpiryIndex(ctx context.Context, db *dynamodb.Client, name string) error {
+// addIndexes gives an existing table (a data folder from an older version)
+// the indexes it lacks, one UpdateTable each (DynamoDB creates one at a time).
+func addIndexes(ctx context.Context, db *dynamodb.Client, name string) error {
 	t, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
 	if err != nil {
 		return fmt.Errorf("describe table %s: %w", name, err)
 	}
+	have := map[string]bool{}
 	for _, gsi := range t.Table.GlobalSecondaryIndexes {
-		if aws.ToString(gsi.IndexName) == ExpiryIndex {
-			return nil
-		}
+		have[aws.ToString(gsi.IndexName)] = true
 	}
-	_, err = db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
-		TableName:            &name,
-		AttributeDefinitions: attributeDefinitions,
-		GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
-			IndexName: expiryIndex.IndexName, KeySchema: expiryIndex.KeySchema, Projection: expiryIndex.Projection,
-		}}},
-	})
-	if err != nil {
-		return fmt.Errorf("add the expiry index to %s: %w", name, err)
+	for _, ix := range indexes {
+		if have[aws.ToString(ix.IndexName)] {
+			continue
+		}
+		_, err = db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+			TableName:            &name,
+			AttributeDefinitions: attributeDefinitions,
+			GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
+				IndexName: ix.IndexName, KeySchema: ix.KeySchema, Projection: ix.Projection,
+			}}},
+		})
+		if err != nil {
+			return fmt.Errorf("add the index %s to %s: %w", aws.ToString(ix.IndexName), name, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,125 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Route keys of a user's actions.
+const (
+	RouteUserList   = "GET /users/{userId}/actions"
+	RouteUserCancel = "POST /users/{userId}/actions/cancel"
+)
+
+// DefaultListLimit is a page's size when the caller does not say.
+const DefaultListLimit = 20
+
+// ListView is a page of a user's actions (never a payload).
+type ListView struct {
+	Actions []*View `json:"actions"`
+	Cursor  string  `json:"cursor,omitempty"`
+}
+
+// CancelAllRequest is the body of POST /users/{userId}/actions/cancel.
+type CancelAllRequest struct {
+	Kind   string `json:"kind,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// CancelAllView answers a cancel-all: what this call canceled.
+type CancelAllView struct {
+	Canceled  int      `json:"canceled"`
+	ActionIDs []string `json:"actionIds"`
+}
+
+// ListUser handles GET /users/{userId}/actions?kind=&state=&limit=&cursor=:
+// the user's actions in the caller's tenant, newest first, as they are now.
+func (a *API) ListUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteUserList, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		userID, err := pathUser(&ev)
+		if err != nil {
+			return fail(err)
+		}
+		q := ev.QueryStringParameters
+		l := store.List{Tenant: c.tenant, UserID: userID, Kind: q["kind"], State: action.State(q["state"]),
+			Limit: DefaultListLimit, Cursor: q["cursor"], Now: a.Now()}
+		if l.Kind != "" {
+			if err := action.ValidateToken("kind", l.Kind, action.MaxKindLen, "/"); err != nil {
+				return fail(err)
+			}
+		}
+		switch l.State {
+		case "", action.StatePending, action.StateActive, action.StateConsumed, action.StateExpired:
+		default:
+			return fail(&action.InvalidError{Field: "state", Message: "must be pending, active, consumed or expired"})
+		}
+		if v, ok := q["limit"]; ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > store.MaxListLimit {
+				return fail(&action.InvalidError{Field: "limit", Message: "must be a whole number from 1 to 100"})
+			}
+			l.Limit = n
+		}
+		page, err := a.store.ListUser(ctx, l)
+		if err != nil {
+			return fail(err)
+		}
+		out := &ListView{Actions: make([]*View, len(page.Actions)), Cursor: page.Cursor}
+		for i, act := range page.Actions {
+			out.Actions[i] = view(act, l.Now)
+		}
+		c.outcome = "ok"
+		return respond(http.StatusOK, out, nil), nil
+	})
+}
+
+// CancelUser handles POST /users/{userId}/actions/cancel: every open action
+// of the user (of one kind) in the caller's tenant is canceled, each by its
+// own conditional write. Retried with its Idempotency-Key, it answers with
+// the actions the call canceled, and cancels any opened since.
+func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return a.serve(ctx, RouteUserCancel, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
+		userID, err := pathUser(&ev)
+		if err != nil {
+			return fail(err)
+		}
+		var req CancelAllRequest
+		r, err := readRequest(&ev, c.keys, true, MaxBodyBytes, &req)
+		if err != nil {
+			return fail(err)
+		}
+		if req.Kind != "" {
+			if err := action.ValidateToken("kind", req.Kind, action.MaxKindLen, "/"); err != nil {
+				return fail(err)
+			}
+		}
+		if err := action.ValidateCancel(&action.CancelRequest{Reason: req.Reason}); err != nil {
+			return fail(err)
+		}
+		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
+			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: a.Now()})
+		if err != nil {
+			return fail(err)
+		}
+		if ids == nil {
+			ids = []string{}
+		}
+		c.outcome = "canceled"
+		return respond(http.StatusOK, &CancelAllView{Canceled: len(ids), ActionIDs: ids}, nil), nil
+	})
+}
+
+// pathUser reads and checks the {userId} path parameter.
+func pathUser(ev *events.APIGatewayV2HTTPRequest) (string, error) {
+	id := ev.PathParameters["userId"]
+	if id == "" {
+		return "", &action.InvalidError{Field: "userId", Message: "is required"}
+	}
+	return id, action.ValidateText("userId", id, action.MaxUserIDLen)
+}

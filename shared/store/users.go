@@ -1,0 +1,421 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/tenant"
+)
+
+// UserIndex is the sparse, keys-only global secondary index of actions by
+// user: partition key userKey (tenant and userId), sort key createdAtMs.
+// Only the create writes those attributes, so consume, cancel and expiry
+// never write to it.
+const UserIndex = "byUser"
+
+// Attributes of the user index, set by the create only.
+const (
+	attrUserKey     = "userKey"
+	attrCreatedAtMs = "createdAtMs"
+)
+
+var userIndex = types.GlobalSecondaryIndex{
+	IndexName: aws.String(UserIndex),
+	KeySchema: []types.KeySchemaElement{
+		{AttributeName: aws.String(attrUserKey), KeyType: types.KeyTypeHash},
+		{AttributeName: aws.String(attrCreatedAtMs), KeyType: types.KeyTypeRange},
+	},
+	Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+}
+
+// userKey names a user within a tenant. Tenant names hold no '#', so the
+// first '#' after "u#" ends the tenant whatever the userId holds.
+func userKey(tenantName, userID string) string { return "u#" + tenantName + "#" + userID }
+
+// MaxListLimit bounds a page of a user's actions.
+const MaxListLimit = 100
+
+// maxListRounds bounds the index pages one list call reads while filters
+// leave its page short; the cursor then continues where it stopped.
+const maxListRounds = 10
+
+// List is a request for one page of a user's actions, newest first.
+type List struct {
+	Tenant, UserID string
+	Kind           string       // "" for any
+	State          action.State // "" for any; else the state at Now
+	Limit          int          // 1..MaxListLimit
+	Cursor         string       // "" for the first page
+	Now            time.Time
+}
+
+// Page is one page of a user's actions, and the cursor of the next ("" at the end).
+type Page struct {
+	Actions []*action.Action
+	Cursor  string
+}
+
+// ErrBadCursor is a cursor this store did not hand out.
+var ErrBadCursor = &action.InvalidError{Field: "cursor", Message: "is not a cursor this API returned"}
+
+// position is a place in a user's index partition.
+type position struct {
+	CreatedAtMs int64  `json:"c"`
+	Key         string `json:"k"` // the item's partition key
+}
+
+func (p position) cursor() string {
+	b, _ := json.Marshal(p)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseCursor(c string) (*position, error) {
+	if c == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	var p position
+	if err != nil || json.Unmarshal(b, &p) != nil || p.Key == "" {
+		return nil, ErrBadCursor
+	}
+	return &p, nil
+}
+
+// ListUser returns one page of a user's actions, newest first, as they are
+// now (each read from the table, not the index). It costs one Query per
+// index page and one BatchGetItem per 100 actions read.
+func (st *Store) ListUser(ctx context.Context, l List) (*Page, error) {
+	start, err := parseCursor(l.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	page := &Page{}
+	for range maxListRounds {
+		refs, next, err := st.userRefs(ctx, l.Tenant, l.UserID, start, nil, l.Limit)
+		if err != nil {
+			return nil, err
+		}
+		items, err := st.batchGet(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		for i, a := range items {
+			if a == nil || l.Kind != "" && a.Kind != l.Kind || l.State != "" && a.StateAt(l.Now) != l.State {
+				continue
+			}
+			page.Actions = append(page.Actions, a)
+			if len(page.Actions) == l.Limit {
+				if i < len(refs)-1 || next != nil {
+					page.Cursor = refs[i].cursor()
+				}
+				return page, nil
+			}
+		}
+		if next == nil {
+			return page, nil
+		}
+		start = next
+	}
+	page.Cursor = start.cursor()
+	return page, nil
+}
+
+// userRefs reads up to limit index entries of a user after start (newest
+// first), only those created at or before notAfter when it is set.
+func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start, notAfter *position, limit int) ([]position, *position, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 &st.table,
+		IndexName:                 aws.String(UserIndex),
+		KeyConditionExpression:    aws.String("#u = :u"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUserKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(userKey(tenantName, userID))},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if notAfter != nil {
+		in.KeyConditionExpression = aws.String("#u = :u AND #c <= :c")
+		in.ExpressionAttributeNames["#c"] = attrCreatedAtMs
+		in.ExpressionAttributeValues[":c"] = n(notAfter.CreatedAtMs)
+	}
+	if start != nil {
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			attrUserKey: s(userKey(tenantName, userID)), attrCreatedAtMs: n(start.CreatedAtMs), attrID: s(start.Key),
+		}
+	}
+	out, err := st.db.Query(ctx, in)
+	if err != nil {
+		return nil, nil, classifyErr(err)
+	}
+	refs := make([]position, 0, len(out.Items))
+	for _, it := range out.Items {
+		d := decoder{item: it}
+		p := position{CreatedAtMs: d.num(attrCreatedAtMs), Key: d.str(attrID)}
+		if d.err != nil {
+			return nil, nil, d.err
+		}
+		refs = append(refs, p)
+	}
+	var next *position
+	if lek := out.LastEvaluatedKey; lek != nil {
+		d := decoder{item: lek}
+		next = &position{CreatedAtMs: d.num(attrCreatedAtMs), Key: d.str(attrID)}
+	}
+	return refs, next, nil
+}
+
+// listed are the attributes a listing reads: everything but the sealed
+// payload and the PIN material it has no use for.
+var listed = []string{attrID, attrUserID, attrKind, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
+	attrConsumedAt, attrConsumedReason, attrCanceledAt, attrCancelReason, attrExpiredAt, attrPINHash,
+	attrPINFailures, attrMaxPINAttempts, attrPINFailedAt, attrCancelKey, attrCancelFP, attrCancelReq}
+
+// batchGet reads the items of refs with strongly consistent reads, 100 per
+// BatchGetItem, in refs' order (nil where an item is gone).
+func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Action, error) {
+	names := map[string]string{}
+	proj := make([]string, len(listed))
+	for i, a := range listed {
+		names["#p"+strconv.Itoa(i)] = a
+		proj[i] = "#p" + strconv.Itoa(i)
+	}
+	byKey := map[string]*action.Action{}
+	for chunk := range slices.Chunk(refs, 100) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, r := range chunk {
+			keys[i] = key(r.Key)
+		}
+		req := map[string]types.KeysAndAttributes{st.table: {
+			Keys: keys, ConsistentRead: aws.Bool(true), ExpressionAttributeNames: names,
+			ProjectionExpression: aws.String(joinComma(proj)),
+		}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt == 8 {
+				return nil, ErrUnavailable // DynamoDB keeps leaving keys unprocessed
+			}
+			if attempt > 0 {
+				if err := sleep(ctx, time.Duration(1<<attempt)*10*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, classifyErr(err)
+			}
+			for _, it := range out.Responses[st.table] {
+				a, err := Decode(it)
+				if err != nil {
+					return nil, err
+				}
+				byKey[tenant.ItemKey(a.Tenant, a.ID)] = a
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	items := make([]*action.Action, len(refs))
+	for i, r := range refs {
+		items[i] = byKey[r.Key]
+	}
+	return items, nil
+}
+
+func joinComma(parts []string) string {
+	out := ""
+	for i, p := range parts {
+		if i > 0 {
+			out += ", "
+		}
+		out += p
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// CancelAll is a request to cancel every open action of a user.
+type CancelAll struct {
+	Tenant, UserID string
+	Kind           string // "" for every kind
+	Reason         string
+	Write          action.Write
+	Fingerprints   []string
+	Now            time.Time
+	// Except, when set, spares this action and everything created after it
+	// (a superseding create cancels only what came before it).
+	Except *action.Action
+}
+
+// cancelParallel is how many cancels of one call are in flight at once.
+const cancelParallel = 8
+
+// CancelUser cancels every open action of a user (of one kind), each with
+// its own conditional write, so a consume racing it either won (the action
+// stays consumed) or lost (it is canceled), never both. It returns the ids
+// this call canceled, including those a retry of the same keyed call finds
+// canceled by itself. Costs: a Query per 100 actions of the user, a
+// BatchGetItem per 100, and one UpdateItem per open action.
+func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) {
+	var notAfter *position
+	if c.Except != nil {
+		notAfter = &position{CreatedAtMs: c.Except.CreatedAt.UnixMilli()}
+	}
+	var canceled []string
+	var start *position
+	for {
+		refs, next, err := st.userRefs(ctx, c.Tenant, c.UserID, start, notAfter, MaxListLimit)
+		if err != nil {
+			return nil, err
+		}
+		items, err := st.batchGet(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		var todo []*action.Action
+		for _, a := range items {
+			switch {
+			case a == nil, c.Kind != "" && a.Kind != c.Kind, c.Except != nil && !before(a, c.Except):
+			case !a.Finished() && c.Now.Before(a.ExpiresAt):
+				todo = append(todo, a)
+			case !a.CanceledAt.IsZero() && action.IsReplayOf(a.Cancel, c.Write.Key, c.Fingerprints):
+				canceled = append(canceled, a.ID) // this call's own cancel, retried
+			}
+		}
+		ids, err := st.cancelEach(ctx, todo, c)
+		canceled = append(canceled, ids...)
+		if err != nil || next == nil {
+			slices.Sort(canceled) // the same answer however a retry found them
+			return canceled, err
+		}
+		start = next
+	}
+}
+
+// before reports whether a was created before b (ties broken by id), so of
+// two superseding creates only the later one cancels the other.
+func before(a, b *action.Action) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.Before(b.CreatedAt)
+	}
+	return a.ID < b.ID
+}
+
+// cancelEach cancels the actions, cancelParallel at a time; it returns the
+// ids it canceled and the first dependency error.
+func (st *Store) cancelEach(ctx context.Context, todo []*action.Action, c CancelAll) ([]string, error) {
+	var mu sync.Mutex
+	var ids []string
+	var firstErr error
+	sem := make(chan struct{}, cancelParallel)
+	var wg sync.WaitGroup
+	for _, a := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := st.Cancel(ctx, a.ID, Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: c.Now})
+			var replay *action.Replay
+			var rej *action.Rejection
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ids = append(ids, a.ID)
+			case errors.As(err, &replay):
+				if action.IsReplayOf(replay.Action.Cancel, c.Write.Key, c.Fingerprints) {
+					ids = append(ids, a.ID)
+				}
+			case errors.As(err, &rej): // consumed or expired meanwhile: it won
+			case firstErr == nil:
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(ids)
+	return ids, firstErr
+}
+
+// supersedePointer is the item that names the latest superseding action of
+// a user and kind. It sits in the key-item space (KeyPrefix: no publisher
+// event, no /keys route can name it, since key names hold no '#'); kind
+// and tenant hold no '#', so the userId may hold anything.
+func supersedePointer(a *action.Action) string {
+	return KeyPrefix + "sup#" + a.Kind + "#" + a.Tenant + "#" + a.UserID
+}
+
+// Supersede makes a (just created, or its create replayed) the user's one
+// open action of its kind: every open action of that user and kind created
+// before a is canceled with reason "superseded", each by its own
+// conditional write, so a consume that already won keeps its win.
+//
+// The user index is eventually consistent, so two superseding creates a
+// moment apart might not see each other there. A pointer item settles it:
+// one conditional write moves it to the later of the two (by creation time,
+// then id), and returns the action it named before, which is canceled; the
+// earlier one's write fails and it cancels itself. So at most one of
+// concurrent superseding creates stays open. It returns the ids it canceled
+// (a itself among them when a newer one had already superseded it).
+func (st *Store) Supersede(ctx context.Context, a *action.Action, w action.Write, fingerprints []string, now time.Time) ([]string, error) {
+	pk := tenant.ItemKey(a.Tenant, a.ID)
+	u := newUpdate()
+	u.set("latestKey", s(pk))
+	u.set("latestMs", n(a.CreatedAt.UnixMilli()))
+	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
+	u.value("k", s(pk))
+	u.value("ms", n(a.CreatedAt.UnixMilli()))
+	cond := u.cond("attribute_not_exists({latestKey}) OR {latestMs} < :ms OR ({latestMs} = :ms AND {latestKey} < :k) OR {latestKey} = :k")
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &st.table, Key: key(supersedePointer(a)),
+		UpdateExpression: aws.String(u.expression()), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: u.names, ExpressionAttributeValues: u.values,
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	cancel := func(id string) ([]string, error) {
+		return st.cancelEach(ctx, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: action.Write{RequestID: w.RequestID}, Now: now})
+	}
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf): // a later superseding create holds the pointer: a is superseded
+		return cancel(a.ID)
+	case err != nil:
+		return nil, classifyErr(err)
+	}
+	var canceled []string
+	if prev, ok := out.Attributes["latestKey"].(*types.AttributeValueMemberS); ok && prev.Value != pk {
+		_, id := tenant.SplitItemKey(prev.Value)
+		if canceled, err = cancel(id); err != nil {
+			return canceled, err
+		}
+	}
+	more, err := st.CancelUser(ctx, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, Reason: ReasonSuperseded,
+		Write: action.Write{RequestID: w.RequestID}, Now: now, Except: a})
+	for _, id := range more {
+		if !slices.Contains(canceled, id) {
+			canceled = append(canceled, id)
+		}
+	}
+	slices.Sort(canceled)
+	return canceled, err
+}
+
+// ReasonSuperseded is the cancelReason of an action a newer one superseded.
+const ReasonSuperseded = "superseded"
