@@ -68,7 +68,7 @@ type exchange struct {
 	badRequest bool
 }
 
-var routeParam = regexp.MustCompile(`^(/actions|/keys)/[^/]+`)
+var routeParam = regexp.MustCompile(`^(/actions|/keys|/users)/[^/]+`)
 
 // TestResponsesMatchTheDocument drives every route through every outcome on
 // the local server and validates each real request and response against
@@ -128,8 +128,11 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 				}
 			}
 			template := routeParam.ReplaceAllStringFunc(strings.SplitN(x.path, "?", 2)[0], func(s string) string {
-				if strings.HasPrefix(s, "/actions") {
+				switch {
+				case strings.HasPrefix(s, "/actions"):
 					return "/actions/{actionId}"
+				case strings.HasPrefix(s, "/users"):
+					return "/users/{userId}"
 				}
 				return "/keys/{key}"
 			})
@@ -219,8 +222,21 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "GET", path: "/keys/job"},
 	})
 
+	run(env, []exchange{
+		{method: "POST", path: "/actions", body: `{"actionId":"s1","userId":"u-9","kind":"login"}`},
+		{method: "POST", path: "/actions", body: `{"actionId":"s2","userId":"u-9","kind":"login","supersede":true}`},
+		{method: "GET", path: "/users/u-9/actions?kind=login&state=active&limit=1"},
+		{method: "GET", path: "/users/u-9/actions"},
+		{method: "GET", path: "/users/u-9/actions?limit=500", badRequest: true},
+		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"kind":"login","reason":"sign out"}`, headers: []string{"Idempotency-Key", "so-1"}},
+		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"why":1}`, badRequest: true},
+		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"reason":"` + strings.Repeat("x", 70<<10) + `"}`, badRequest: true},
+	})
+
 	dead := testkit.NewDeadEnv(t)
 	run(dead, []exchange{
+		{method: "GET", path: "/users/u/actions"},
+		{method: "POST", path: "/users/u/actions/cancel"},
 		{method: "POST", path: "/actions", body: `{"userId":"u"}`},
 		{method: "GET", path: "/actions/a1"},
 		{method: "POST", path: "/actions/a1/consume"},

@@ -43,6 +43,9 @@ type CreateInput struct {
 	PIN            string            `json:"pin,omitempty"`
 	MaxPINAttempts int               `json:"maxPinAttempts,omitempty"`
 	Payload        any               `json:"payload,omitempty"`
+	// Supersede cancels the user's earlier open actions of the same kind
+	// once this one is written (a "send me a new link").
+	Supersede bool `json:"supersede,omitempty"`
 }
 
 // ConsumeInput is the body of POST /actions/{id}/consume.

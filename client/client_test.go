@@ -367,3 +367,34 @@ func TestWithCaller(t *testing.T) {
 		t.Fatalf("no caller, not in the map: %v", err)
 	}
 }
+
+// TestUserActions: supersede, list and cancel-all through the client.
+func TestUserActions(t *testing.T) {
+	env := testkit.NewEnv(t)
+	c := client.New(env.URL)
+	ctx := context.Background()
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if _, err := c.CreateAction(ctx, client.CreateInput{ActionID: id, UserID: "ann", Kind: "login", Supersede: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := c.ListUserActions(ctx, "ann", client.ListOptions{State: "active"})
+	if err != nil || len(page.Actions) != 1 || page.Actions[0].ActionID != "m3" {
+		t.Fatalf("after three superseding creates: %+v %v", page, err)
+	}
+	if _, err := c.CreateAction(ctx, client.CreateInput{ActionID: "m4", UserID: "ann", Kind: "coupon"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.CancelUserActions(ctx, "ann", client.CancelAllInput{Reason: "password changed"})
+	if err != nil || res.Canceled != 2 || strings.Join(res.ActionIDs, ",") != "m3,m4" {
+		t.Fatalf("cancel-all: %+v %v", res, err)
+	}
+	all, err := c.ListUserActions(ctx, "ann", client.ListOptions{Limit: 2})
+	if err != nil || len(all.Actions) != 2 || all.Cursor == "" {
+		t.Fatalf("first page: %+v %v", all, err)
+	}
+	rest, err := c.ListUserActions(ctx, "ann", client.ListOptions{Limit: 2, Cursor: all.Cursor})
+	if err != nil || len(rest.Actions) != 2 || rest.Actions[1].ActionID != "m1" {
+		t.Fatalf("second page: %+v %v", rest, err)
+	}
+}
