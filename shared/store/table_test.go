@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,9 +16,9 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// TestCreateTableAddsExpiryIndex: a table kept from before the expiry index
-// (a local data folder) gains it; a current table is left as it is.
-func TestCreateTableAddsExpiryIndex(t *testing.T) {
+// TestCreateTableAddsIndexes: a table kept from before the expiry and user
+// indexes (a local data folder) gains them; a current table is left as it is.
+func TestCreateTableAddsIndexes(t *testing.T) {
 	ctx := context.Background()
 	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -37,8 +38,13 @@ func TestCreateTableAddsExpiryIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(out.Table.GlobalSecondaryIndexes); n != 1 || aws.ToString(out.Table.GlobalSecondaryIndexes[0].IndexName) != store.ExpiryIndex {
-			t.Fatalf("indexes: %+v", out.Table.GlobalSecondaryIndexes)
+		var names []string
+		for _, ix := range out.Table.GlobalSecondaryIndexes {
+			names = append(names, aws.ToString(ix.IndexName))
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, []string{store.ExpiryIndex, store.UserIndex}) {
+			t.Fatalf("indexes: %v", names)
 		}
 	}
 }

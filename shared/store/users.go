@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,7 +198,7 @@ func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Actio
 		}
 		req := map[string]types.KeysAndAttributes{st.table: {
 			Keys: keys, ConsistentRead: aws.Bool(true), ExpressionAttributeNames: names,
-			ProjectionExpression: aws.String(joinComma(proj)),
+			ProjectionExpression: aws.String(strings.Join(proj, ", ")),
 		}}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt == 8 {
@@ -227,17 +228,6 @@ func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Actio
 		items[i] = byKey[r.Key]
 	}
 	return items, nil
-}
-
-func joinComma(parts []string) string {
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += ", "
-		}
-		out += p
-	}
-	return out
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
