@@ -30,8 +30,13 @@ type EventPipeline struct {
 
 func newEventPipeline(b *build, scope constructs.Construct, table awsdynamodb.Table) *EventPipeline {
 	p := &EventPipeline{Construct: b.part(scope, "Events", false)}
+	var name *string // the CDK names a bus by its unique id (Names.uniqueId), from its path
+	if b.StackLogicalIds {
+		name = jsii.String(b.ids.uniqueID(*p.Node().Path() + "/Bus"))
+	}
 	p.Bus = awsevents.NewEventBus(p.Construct, jsii.String("Bus"), &awsevents.EventBusProps{
-		Description: jsii.String("ExactOnce action events: action.consumed, action.canceled, action.expired"),
+		EventBusName: name,
+		Description:  jsii.String("ExactOnce action events: action.consumed, action.canceled, action.expired"),
 	})
 	p.OnFailureQueue = deadLetterQueue(b, p.Construct, "PublisherOnFailure", "the on-failure destination (DLQ) of the stream publisher")
 	p.Publisher = eventPublisher(b, p.Construct, table, p.Bus, p.OnFailureQueue)

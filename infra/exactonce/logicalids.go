@@ -20,7 +20,8 @@ import (
 // this mode each part is transparent: its id is dropped from its
 // descendants' paths (or, for a Function, put in front of its child's id:
 // Create/Logs is CreateLogs), and every resource gets the id the flat path
-// gives, as the stack had them before ExactOnce was a construct. Construct
+// gives, as the stack had them before ExactOnce was a construct (and the
+// event bus the name it had: see uniqueID). Construct
 // ids the CDK makes from another construct's unique id (an event source
 // mapping's "DynamoDBEventSource:<table>", a rule target's
 // "AllowEventRule<rule>") are translated the same way.
@@ -52,6 +53,10 @@ func (l *logicalIds) flat(path string) []string {
 	}
 	return out
 }
+
+// uniqueID is Names.uniqueId of the construct at path as it is without the
+// parts, for a physical name the CDK derives from it (the event bus's).
+func (l *logicalIds) uniqueID(path string) string { return makeUniqueID(l.flat(path)) }
 
 // flatten overrides the logical id of every CloudFormation element under
 // root. Call it once every resource under root exists.

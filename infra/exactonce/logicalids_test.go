@@ -3,6 +3,7 @@ package exactonce
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -42,7 +43,7 @@ func TestStackLogicalIds(t *testing.T) {
 
 // TestNestedLayout: embedded (nested logical ids) ExactOnce defines the same
 // resources with the same properties as the standalone stack; only the
-// logical ids differ.
+// logical ids (and names made from paths: TestStackNames) differ.
 func TestNestedLayout(t *testing.T) {
 	p := fullProps()
 	_, flat := synthStack(t, "Test", Props{StackLogicalIds: true, AlarmEmail: p.AlarmEmail, ExampleSubscriber: true})
@@ -97,7 +98,8 @@ func idList(tmpl map[string]any) string {
 }
 
 // withoutIds is every resource and output as JSON, each logical id in it
-// replaced by "#", sorted.
+// replaced by "#", and the names made from paths (the bus's, a rule's
+// statement id) too, sorted.
 func withoutIds(tmpl map[string]any) []string {
 	var ids []string
 	for id := range tmpl["Resources"].(map[string]any) {
@@ -108,7 +110,10 @@ func withoutIds(tmpl map[string]any) []string {
 	var out []string
 	for _, section := range []string{"Resources", "Outputs"} {
 		for _, r := range tmpl[section].(map[string]any) {
-			s := jsonOf(r)
+			if r.(map[string]any)["Type"] == "AWS::Events::EventBus" {
+				props(r.(map[string]any))["Name"] = "#name"
+			}
+			s := ruleSid.ReplaceAllString(jsonOf(r), `"Sid":"AllowEventRule#"`)
 			for _, id := range ids {
 				s = strings.ReplaceAll(s, `"`+id+`"`, `"#"`)
 				s = strings.ReplaceAll(s, `"`+id+`.`, `"#.`)
@@ -119,6 +124,8 @@ func withoutIds(tmpl map[string]any) []string {
 	sort.Strings(out)
 	return out
 }
+
+var ruleSid = regexp.MustCompile(`"Sid":"AllowEventRule[A-Za-z0-9]*"`)
 
 // lineDiff lists the lines only in a (-) or only in b (+).
 func lineDiff(a, b string) string {
@@ -143,4 +150,22 @@ func lineDiff(a, b string) string {
 	}
 	sort.Strings(d)
 	return strings.Join(d, "\n")
+}
+
+// TestStackNames: names the CDK makes from a construct's path are the
+// standalone stack's too (in its template at 168b8a7): the bus's, and the
+// statement of the audit rule in its dead-letter queue's policy.
+func TestStackNames(t *testing.T) {
+	p := fullProps()
+	p.StackLogicalIds = true
+	_, tmpl := synthStack(t, "ExactOnce", p)
+	for _, bus := range resources(tmpl, "AWS::Events::EventBus") {
+		if name := props(bus)["Name"]; name != "ExactOnceBusD452C403" {
+			t.Errorf("bus name %v, want ExactOnceBusD452C403", name)
+		}
+	}
+	pol := jsonOf(resources(tmpl, "AWS::SQS::QueuePolicy")["AuditDeadLettersPolicy64D30898"])
+	if !strings.Contains(pol, `"Sid":"AllowEventRuleExactOnceAuditRule44CCC280"`) || strings.Count(pol, `"Sid"`) != 1 {
+		t.Errorf("dead letters' policy: %s", pol)
+	}
 }

@@ -61,6 +61,14 @@ func newExampleSubscriber(b *build, scope constructs.Construct, bus awsevents.Ev
 			MaxEventAge:     awscdk.Duration_Hours(jsii.Number(24)),
 		})},
 	})
+	if b.StackLogicalIds {
+		// The rule's target names its statement in the dead-letter queue's
+		// policy after the rule's unique id (from its path): keep the
+		// standalone stack's. Statement 0 is EnforceSSL's.
+		rule := *s.Rule.Node().Path()
+		s.DeadLetters.Node().FindChild(jsii.String("Policy")).Node().DefaultChild().(awscdk.CfnResource).
+			AddPropertyOverride(jsii.String("PolicyDocument.Statement.1.Sid"), "AllowEventRule"+b.ids.uniqueID(rule))
+	}
 	return s
 }
 
