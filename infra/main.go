@@ -1,6 +1,7 @@
 // Command infra is the ExactOnce CDK app: `cdk synth` / `cdk deploy` run it
 // (see cdk.json). It compiles the functions itself, so a fresh clone deploys
-// with no other step.
+// with no other step. Everything it deploys is the construct in
+// infra/exactonce; this app only reads the context below into its Props.
 //
 // Context (cdk.json or -c key=value):
 //
@@ -28,16 +29,18 @@ import (
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/exactonce/exactonce/infra/exactonce"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 func main() {
 	defer jsii.Close()
 	app := awscdk.NewApp(nil)
-	s, err := settingsFrom(app)
+	props, err := propsFrom(app)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "infra:", err)
 		os.Exit(1)
@@ -49,67 +52,85 @@ func main() {
 	// Traced builds carry the X-Ray SDK (twice the binary, +17 ms cold
 	// start); they get their own folder so the two never share an asset.
 	buildDir, tags := filepath.Join(root, "dist", "lambda"), []string(nil)
-	if s.Tracing {
+	if props.Tracing {
 		buildDir, tags = filepath.Join(root, "dist", "lambda-xray"), []string{"xray"}
 	}
-	if err := BuildFunctions(root, buildDir, tags...); err != nil {
+	if err := exactonce.BuildFunctions(root, buildDir, tags...); err != nil {
 		fmt.Fprintln(os.Stderr, "infra:", err)
 		os.Exit(1)
 	}
-	s.Code = func(name string) string { return filepath.Join(buildDir, name) }
+	props.Code = exactonce.AssetCode(buildDir)
+	if err := props.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "infra:", err)
+		os.Exit(1)
+	}
 	name := contextString(app, "exactonce:stackName", "ExactOnce")
-	NewStack(app, name, &awscdk.StackProps{Description: jsii.String("ExactOnce: actions consumed exactly once")}, s)
+	NewStack(app, name, &awscdk.StackProps{Description: jsii.String("ExactOnce: actions consumed exactly once")}, props)
 	awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{Verbose: jsii.Bool(true)}), nil)
 	app.Synth(nil)
 }
 
-// settingsFrom reads the stack settings from CDK context.
-func settingsFrom(app awscdk.App) (Settings, error) {
-	s := Settings{
-		Throwaway:         contextString(app, "exactonce:throwaway", "false") == "true",
-		Auth:              contextString(app, "exactonce:auth", "iam"),
-		JwtIssuer:         contextString(app, "exactonce:jwtIssuer", ""),
-		AlarmEmail:        contextString(app, "exactonce:alarmEmail", ""),
-		EventSource:       contextString(app, "exactonce:eventSource", "exactonce"),
-		ExampleSubscriber: contextString(app, "exactonce:exampleSubscriber", "false") == "true",
-		Tracing:           contextString(app, "exactonce:tracing", "false") == "true",
-		TenantClaim:       contextString(app, "exactonce:tenantClaim", ""),
-		SubscriberTenant:  contextString(app, "exactonce:exampleSubscriberTenant", ""),
+// NewStack is the standalone ExactOnce stack: the construct, with the
+// logical ids this stack always had (so a deployed stack keeps its table and
+// secret), and its outputs.
+func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, p exactonce.Props) awscdk.Stack {
+	stack := awscdk.NewStack(scope, &id, props)
+	p.StackLogicalIds = true
+	exactonce.New(stack, "ExactOnce", &p).AddOutputs(stack)
+	return stack
+}
+
+// propsFrom reads the construct's props from CDK context (all but Code).
+func propsFrom(app awscdk.App) (exactonce.Props, error) {
+	p := exactonce.Props{
+		Throwaway:               contextString(app, "exactonce:throwaway", "false") == "true",
+		Auth:                    exactonce.Auth(contextString(app, "exactonce:auth", "iam")),
+		JwtIssuer:               contextString(app, "exactonce:jwtIssuer", ""),
+		AlarmEmail:              contextString(app, "exactonce:alarmEmail", ""),
+		EventSource:             contextString(app, "exactonce:eventSource", "exactonce"),
+		ExampleSubscriber:       contextString(app, "exactonce:exampleSubscriber", "false") == "true",
+		Tracing:                 contextString(app, "exactonce:tracing", "false") == "true",
+		TenantClaim:             contextString(app, "exactonce:tenantClaim", ""),
+		ExampleSubscriberTenant: contextString(app, "exactonce:exampleSubscriberTenant", ""),
 	}
 	if v := app.Node().TryGetContext(jsii.String("exactonce:tenants")); v != nil {
 		text, ok := v.(string) // -c exactonce:tenants='{"a":["..."]}'
 		if !ok {               // an object in cdk.json
 			b, err := json.Marshal(v)
 			if err != nil {
-				return s, fmt.Errorf("exactonce:tenants: %w", err)
+				return p, fmt.Errorf("exactonce:tenants: %w", err)
 			}
 			text = string(b)
 		}
 		if _, err := tenant.Parse(text); err != nil {
-			return s, fmt.Errorf("exactonce:tenants: %w", err)
+			return p, fmt.Errorf("exactonce:tenants: %w", err)
 		}
-		s.Tenants = text
+		if strings.TrimSpace(text) != "" {
+			if err := json.Unmarshal([]byte(text), &p.Tenants); err != nil {
+				return p, fmt.Errorf("exactonce:tenants: %w", err)
+			}
+		}
 	}
 	if v := contextString(app, "exactonce:expiryShards", ""); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return s, fmt.Errorf("exactonce:expiryShards must be a whole number from 1 to 1000, not %q", v)
+			return p, fmt.Errorf("exactonce:expiryShards must be a whole number from 1 to 1000, not %q", v)
 		}
-		s.ExpiryShards = n
+		p.ExpiryShards = n
 	}
 	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
-		s.JwtAudience = strings.Split(aud, ",")
+		p.JwtAudience = strings.Split(aud, ",")
 	}
-	switch s.Auth {
-	case "iam":
-	case "jwt":
-		if s.JwtIssuer == "" || len(s.JwtAudience) == 0 {
-			return s, fmt.Errorf("exactonce:auth=jwt needs exactonce:jwtIssuer and exactonce:jwtAudience")
+	switch p.Auth {
+	case exactonce.AuthIAM:
+	case exactonce.AuthJWT:
+		if p.JwtIssuer == "" || len(p.JwtAudience) == 0 {
+			return p, fmt.Errorf("exactonce:auth=jwt needs exactonce:jwtIssuer and exactonce:jwtAudience")
 		}
 	default:
-		return s, fmt.Errorf("exactonce:auth must be iam or jwt, not %q", s.Auth)
+		return p, fmt.Errorf("exactonce:auth must be iam or jwt, not %q", p.Auth)
 	}
-	return s, nil
+	return p, nil
 }
 
 func contextString(app awscdk.App, key, def string) string {

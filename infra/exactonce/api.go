@@ -1,0 +1,125 @@
+package exactonce
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/httpapi"
+	"github.com/exactonce/exactonce/shared/store"
+)
+
+// Route is an HTTP route served by one function.
+type Route struct {
+	Function string
+	Method   awsapigatewayv2.HttpMethod
+	Path     string
+	// Table actions the function calls; nothing else on the table is allowed.
+	TableActions []string
+	// Secret reports whether the function reads the server secret.
+	Secret bool
+	// KeysOnly confines the function to idempotency-key items (partition
+	// keys starting with store.KeyPrefix) with the dynamodb:LeadingKeys
+	// condition: the /keys functions cannot read or write an action.
+	KeysOnly bool
+}
+
+// Routes are the API's routes: one function each, least privilege each.
+var Routes = []Route{
+	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem"}, true, false},
+	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false, false},
+	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true, false},
+	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, true, false},
+	{"keyclaim", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/claim", []string{"dynamodb:UpdateItem"}, true, true},
+	{"keycomplete", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/complete", []string{"dynamodb:UpdateItem"}, true, true},
+	{"keyrelease", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/release", []string{"dynamodb:UpdateItem"}, true, true},
+	{"keyget", awsapigatewayv2.HttpMethod_GET, "/keys/{key}", []string{"dynamodb:GetItem"}, true, true},
+}
+
+// Api is the HTTP API (IAM or JWT on every route), its access logs and
+// throttling, and one Function per route with exactly the table actions
+// (and the secret) that route needs.
+type Api struct {
+	constructs.Construct
+	Api        awsapigatewayv2.HttpApi
+	AccessLogs awslogs.LogGroup
+	// Functions in Routes order; Routes by function name.
+	Functions []*Function
+	Routes    map[string]awsapigatewayv2.HttpRoute
+	auth      Auth
+}
+
+func newApi(b *build, scope constructs.Construct, table awsdynamodb.Table, secret awssecretsmanager.Secret) *Api {
+	a := &Api{Construct: b.part(scope, "Api", false), Routes: map[string]awsapigatewayv2.HttpRoute{}, auth: b.Auth}
+
+	// IAM (SigV4) on every route unless JWT is chosen.
+	var authorizer awsapigatewayv2.IHttpRouteAuthorizer = awsapigatewayv2authorizers.NewHttpIamAuthorizer()
+	if b.Auth == AuthJWT {
+		authorizer = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("Jwt"), jsii.String(b.JwtIssuer),
+			&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{JwtAudience: jsii.Strings(b.JwtAudience...)})
+	}
+	a.Api = awsapigatewayv2.NewHttpApi(a.Construct, jsii.String("Api"), &awsapigatewayv2.HttpApiProps{
+		Description:       jsii.String("ExactOnce actions API"),
+		DefaultAuthorizer: authorizer,
+	})
+	a.AccessLogs = awslogs.NewLogGroup(a.Construct, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
+		Retention: logRetention, RemovalPolicy: b.removal,
+	})
+	stage := a.Api.DefaultStage().Node().DefaultChild().(awsapigatewayv2.CfnStage)
+	stage.SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: a.AccessLogs.LogGroupArn(),
+		Format: jsii.String(`{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","caller":"$context.identity.caller",` +
+			`"requestTime":"$context.requestTime","routeKey":"$context.routeKey","status":"$context.status",` +
+			`"latencyMs":"$context.responseLatency","integrationLatencyMs":"$context.integrationLatency",` +
+			`"integrationError":"$context.integrationErrorMessage","responseLength":"$context.responseLength"}`),
+	})
+	stage.SetDefaultRouteSettings(&awsapigatewayv2.CfnStage_RouteSettingsProperty{
+		ThrottlingRateLimit:  jsii.Number(1000),
+		ThrottlingBurstLimit: jsii.Number(2000),
+	})
+
+	for _, r := range Routes {
+		env := b.tableEnv(table)
+		if r.Secret {
+			env["EXACTONCE_SECRET_ARN"] = secret.SecretArn()
+		}
+		if b.Tenants != nil {
+			env[config.EnvTenants] = jsii.String(b.tenantsJSON())
+		}
+		if b.TenantClaim != "" {
+			env[config.EnvJWTClaim] = jsii.String(b.TenantClaim)
+		}
+		fn := newFunction(b, a.Construct, r.Function, env, apiMemoryMB, apiTimeout)
+		tableAccess := &awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings(r.TableActions...),
+			Resources: &[]*string{table.TableArn()},
+		}
+		if r.KeysOnly {
+			tableAccess.Conditions = &map[string]any{
+				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []string{store.KeyPrefix + "*"}},
+			}
+		}
+		fn.Function.AddToRolePolicy(awsiam.NewPolicyStatement(tableAccess))
+		if r.Secret {
+			fn.allow([]string{"secretsmanager:GetSecretValue"}, secret.SecretArn())
+		}
+		route := &awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(r.Path),
+			Methods:     &[]awsapigatewayv2.HttpMethod{r.Method},
+			Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(title(r.Function)+"Integration"), fn.Function, nil),
+		}
+		if b.Auth == AuthJWT { // each route needs its own scope (the handler checks it too)
+			route.AuthorizationScopes = jsii.Strings(httpapi.RouteScope(string(r.Method) + " " + r.Path))
+		}
+		a.Routes[r.Function] = (*a.Api.AddRoutes(route))[0]
+		a.Functions = append(a.Functions, fn)
+	}
+	return a
+}

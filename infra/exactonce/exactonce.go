@@ -1,0 +1,358 @@
+// Package exactonce is ExactOnce as an AWS CDK construct: the actions table,
+// the HTTP API and its functions, the event pipeline (stream publisher, bus,
+// republish), expiry (the sweeper) and the dashboard and alarms, for a Go CDK
+// app to embed next to its own resources and wire further: grant a role a
+// route (GrantInvoke), add rules to the bus (Bus, EventPattern), add alarm
+// actions (AddAlarmAction).
+//
+// The standalone app in infra/ is a thin layer on top of New. Inside, one
+// small construct per job, each in the file its name says:
+//
+//	Table            table.go      the actions table and its expiry index
+//	Api              api.go        the HTTP API, its access logs, one Function per route
+//	Function         function.go   one Lambda with its log group and its own role
+//	EventPipeline    events.go     bus, bus policy, on-failure queue, publisher, republish
+//	Expiry           expiry.go     the sweeper and its schedule
+//	Monitoring       monitoring.go the alarms (and their topic) and the dashboard
+//	ExampleSubscriber subscriber.go the audit subscriber, its claims table and rule
+package exactonce
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/tenant"
+)
+
+// Auth is how the API authenticates callers.
+type Auth string
+
+const (
+	// AuthIAM is SigV4 on every route: callers need execute-api:Invoke
+	// (GrantInvoke). The default.
+	AuthIAM Auth = "iam"
+	// AuthJWT is a JWT authorizer (Props.JwtIssuer, Props.JwtAudience); each
+	// route also needs its scope (httpapi.RouteScope).
+	AuthJWT Auth = "jwt"
+)
+
+// Props configure an ExactOnce. The zero value plus Code is the default
+// deployment (IAM auth, source "exactonce", 16 expiry shards, no tenants).
+// Each field is the typed form of a context option of the standalone app
+// (infra/main.go), named in brackets.
+type Props struct {
+	// Code gives each function's code by name (see Functions), e.g.
+	// AssetCode(dir) after BuildFunctions(moduleDir, dir). Required.
+	Code func(name string) awslambda.Code
+	// Throwaway relaxes deletion protection and RETAIN, for test stages
+	// (exactonce:throwaway).
+	Throwaway bool
+	// Auth is AuthIAM ("" means AuthIAM) or AuthJWT (exactonce:auth).
+	Auth Auth
+	// JwtIssuer and JwtAudience configure AuthJWT (exactonce:jwtIssuer,
+	// exactonce:jwtAudience).
+	JwtIssuer   string
+	JwtAudience []string
+	// AlarmEmail, when set, subscribes an email to every alarm through an
+	// SNS topic (AlarmTopic) (exactonce:alarmEmail). AddAlarmAction adds
+	// other actions.
+	AlarmEmail string
+	// EventSource is the "source" of the published events; "" means
+	// "exactonce" (exactonce:eventSource).
+	EventSource string
+	// ExpiryShards partitions the expiry index; 0 means
+	// store.DefaultExpiryShards. Only ever raise it (exactonce:expiryShards).
+	ExpiryShards int
+	// ExampleSubscriber deploys the audit subscriber (functions/audit), its
+	// claims table and rule (exactonce:exampleSubscriber).
+	ExampleSubscriber bool
+	// ExampleSubscriberTenant, when set, makes the example subscriber's rule
+	// take only that tenant's events (exactonce:exampleSubscriberTenant).
+	ExampleSubscriberTenant string
+	// Tracing turns on X-Ray active tracing for every function; Code must
+	// then give builds with the xray tag (exactonce:tracing).
+	Tracing bool
+	// Tenants is the tenant map, tenant → principal patterns (see
+	// shared/tenant); nil means one default tenant (exactonce:tenants).
+	Tenants map[string][]string
+	// TenantClaim is the JWT claim matched against the map; "" means sub
+	// (exactonce:tenantClaim).
+	TenantClaim string
+	// StackLogicalIds gives every resource the logical id it has in the
+	// standalone ExactOnce stack, as if it were created directly in the
+	// stack and not under this construct and its parts. Set it where a stack
+	// deployed by infra/ before must keep its resources (a new logical id
+	// replaces a resource: an empty table, a new server secret). Only one
+	// ExactOnce per stack then. A new embedding leaves it false.
+	StackLogicalIds bool
+}
+
+// Validate reports the first invalid prop.
+func (p *Props) Validate() error {
+	if p.Code == nil {
+		return fmt.Errorf("exactonce: Props.Code is required")
+	}
+	switch p.Auth {
+	case "", AuthIAM:
+	case AuthJWT:
+		if p.JwtIssuer == "" || len(p.JwtAudience) == 0 {
+			return fmt.Errorf("exactonce: AuthJWT needs JwtIssuer and JwtAudience")
+		}
+	default:
+		return fmt.Errorf("exactonce: Auth must be %q or %q, not %q", AuthIAM, AuthJWT, p.Auth)
+	}
+	if p.ExpiryShards < 0 || p.ExpiryShards > 1000 {
+		return fmt.Errorf("exactonce: ExpiryShards must be from 1 to 1000 (0: the default), not %d", p.ExpiryShards)
+	}
+	if p.Tenants != nil {
+		if _, err := tenant.Parse(p.tenantsJSON()); err != nil {
+			return fmt.Errorf("exactonce: Tenants: %w", err)
+		}
+	}
+	return nil
+}
+
+func (p *Props) tenantsJSON() string {
+	if p.Tenants == nil {
+		return ""
+	}
+	b, err := json.Marshal(p.Tenants)
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	return string(b)
+}
+
+// ExactOnce is the whole service. Its fields are for the host app to wire
+// further; the parts hold everything else.
+type ExactOnce struct {
+	constructs.Construct
+
+	// Table is the actions table (stream: NEW_AND_OLD_IMAGES).
+	Table awsdynamodb.Table
+	// Secret is the server secret (PIN HMAC and payload keys derive from it).
+	Secret awssecretsmanager.Secret
+	// Api is the HTTP API; ApiUrl its endpoint.
+	Api awsapigatewayv2.HttpApi
+	// Bus is the event bus the events are published on.
+	Bus awsevents.EventBus
+	// OnFailureQueue holds stream records that could not be published.
+	OnFailureQueue awssqs.Queue
+	// Functions are the Lambdas by name (see Functions).
+	Functions map[string]awslambda.Function
+	// AlarmTopic is the topic of Props.AlarmEmail; nil without it.
+	AlarmTopic awssns.Topic
+	// Alarms are every alarm ExactOnce defines.
+	Alarms []awscloudwatch.Alarm
+
+	// The parts.
+	TablePart  *Table
+	ApiPart    *Api
+	Events     *EventPipeline
+	Expiry     *Expiry
+	Monitoring *Monitoring
+	// Subscriber is nil without Props.ExampleSubscriber.
+	Subscriber *ExampleSubscriber
+
+	source string
+}
+
+// build is what every part is built from: the props with defaults filled.
+type build struct {
+	Props
+	removal awscdk.RemovalPolicy
+	shards  int
+	ids     *logicalIds
+}
+
+// part makes a construct grouping one job's resources. In StackLogicalIds
+// mode its id is left out of its children's logical ids (merge: put in
+// front of each child's id instead, as a Function's "Create" + "Logs").
+func (b *build) part(scope constructs.Construct, id string, merge bool) constructs.Construct {
+	c := constructs.NewConstruct(scope, jsii.String(id))
+	b.ids.transparent(c, merge)
+	return c
+}
+
+// New defines ExactOnce under scope. It panics on invalid props (see
+// Props.Validate), as CDK constructs do.
+func New(scope constructs.Construct, id string, props *Props) *ExactOnce {
+	p := Props{}
+	if props != nil {
+		p = *props
+	}
+	if err := p.Validate(); err != nil {
+		panic(err)
+	}
+	if p.Auth == "" {
+		p.Auth = AuthIAM
+	}
+	if p.EventSource == "" {
+		p.EventSource = "exactonce"
+	}
+	b := &build{Props: p, removal: awscdk.RemovalPolicy_RETAIN, shards: p.ExpiryShards, ids: &logicalIds{}}
+	if p.Throwaway {
+		b.removal = awscdk.RemovalPolicy_DESTROY
+	}
+	if b.shards <= 0 {
+		b.shards = store.DefaultExpiryShards
+	}
+
+	root := b.part(scope, id, false)
+	e := &ExactOnce{Construct: root, Functions: map[string]awslambda.Function{}, source: p.EventSource}
+
+	e.TablePart = newTable(b, root)
+	e.Table = e.TablePart.Table
+	e.Secret = newServerSecret(b, root)
+	e.ApiPart = newApi(b, root, e.Table, e.Secret)
+	e.Api = e.ApiPart.Api
+	e.Events = newEventPipeline(b, root, e.Table)
+	e.Bus, e.OnFailureQueue = e.Events.Bus, e.Events.OnFailureQueue
+	e.Expiry = newExpiry(b, root, e.TablePart)
+	if p.ExampleSubscriber {
+		e.Subscriber = newExampleSubscriber(b, root, e.Bus)
+	}
+	for _, f := range e.functions() {
+		e.Functions[f.Name] = f.Function
+	}
+	e.Monitoring = newMonitoring(b, root, e)
+	e.AlarmTopic, e.Alarms = e.Monitoring.Topic, e.Monitoring.Alarms
+
+	if p.StackLogicalIds {
+		b.ids.flatten(root)
+	}
+	return e
+}
+
+// functions lists the parts' functions in Functions order.
+func (e *ExactOnce) functions() []*Function {
+	fns := slices.Clone(e.ApiPart.Functions)
+	fns = append(fns, e.Events.Publisher, e.Expiry.Sweeper, e.Events.Republish)
+	if e.Subscriber != nil {
+		fns = append(fns, e.Subscriber.Function)
+	}
+	return fns
+}
+
+// newServerSecret is the server secret: PIN HMAC and payload encryption
+// keys are derived from it.
+func newServerSecret(b *build, scope constructs.Construct) awssecretsmanager.Secret {
+	secret := awssecretsmanager.NewSecret(scope, jsii.String("ServerSecret"), &awssecretsmanager.SecretProps{
+		Description: jsii.String("ExactOnce server secret: PIN HMAC and payload encryption keys are derived from it"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(64),
+			ExcludePunctuation: jsii.Bool(true),
+		},
+		RemovalPolicy: b.removal,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(secret, &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-SMG4"),
+		Reason: jsii.String("Rotating the server secret needs the old value kept beside the new one ({\"current\",\"previous\"}) " +
+			"so sealed payloads and PIN hashes stay usable; a single-value rotation Lambda would break them. Rotation is a documented manual step."),
+	}}, jsii.Bool(false))
+	return secret
+}
+
+// GrantInvoke lets grantee call one route, named by its function (see
+// Routes: "create", "consume", "keyclaim", …): execute-api:Invoke on that
+// route's ARN, api/<any stage>/METHOD/path with each path parameter a *,
+// and nothing else. Only with AuthIAM; with AuthJWT a caller needs a token
+// with the route's scope.
+//
+// (Not HttpRoute.GrantInvoke: the CDK's route ARN replaces everything from
+// the first path parameter on, so a grant of POST /actions/{actionId}/consume
+// would also allow POST /actions/{actionId}/cancel.)
+func (e *ExactOnce) GrantInvoke(grantee awsiam.IGrantable, route string) awsiam.Grant {
+	return awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+		Grantee:      grantee,
+		Actions:      jsii.Strings("execute-api:Invoke"),
+		ResourceArns: jsii.Strings(*e.RouteArn(route)),
+	})
+}
+
+// RouteArn is the execute-api ARN of one route (see GrantInvoke), for a
+// policy the host writes itself.
+func (e *ExactOnce) RouteArn(route string) *string {
+	i := slices.IndexFunc(Routes, func(r Route) bool { return r.Function == route })
+	if i < 0 {
+		panic(fmt.Sprintf("exactonce: no route %q (routes are named by their function: create, get, consume, cancel, keyclaim, keycomplete, keyrelease, keyget)", route))
+	}
+	if e.ApiPart.auth != AuthIAM {
+		panic("exactonce: GrantInvoke needs AuthIAM; with AuthJWT give the caller a token with the route's scope")
+	}
+	r := Routes[i]
+	path := pathParam.ReplaceAllString(r.Path, "*")
+	return awscdk.Stack_Of(e.Api).FormatArn(&awscdk.ArnComponents{
+		Service:      jsii.String("execute-api"),
+		Resource:     e.Api.ApiId(),
+		ResourceName: jsii.String("*/" + string(r.Method) + path),
+		ArnFormat:    awscdk.ArnFormat_SLASH_RESOURCE_NAME,
+	})
+}
+
+var pathParam = regexp.MustCompile(`\{[^}]+\}`)
+
+// AddAlarmAction adds actions to every alarm (on top of AlarmEmail's topic).
+func (e *ExactOnce) AddAlarmAction(actions ...awscloudwatch.IAlarmAction) {
+	for _, a := range e.Alarms {
+		a.AddAlarmAction(actions...)
+	}
+}
+
+// EventPattern matches ExactOnce's events of the given detail types
+// (events.TypeConsumed, …; none: every type), for a rule on Bus.
+func (e *ExactOnce) EventPattern(detailTypes ...string) *awsevents.EventPattern {
+	if len(detailTypes) == 0 {
+		detailTypes = []string{events.TypeConsumed, events.TypeCanceled, events.TypeExpired}
+	}
+	return &awsevents.EventPattern{Source: jsii.Strings(e.source), DetailType: jsii.Strings(detailTypes...)}
+}
+
+// AddOutputs defines the standalone stack's outputs in scope (give it the
+// stack: the outputs are then named ApiUrl, TableName, EventBusName,
+// EventBusArn, OnFailureQueueUrl, RepublishFunctionName, and
+// AuditClaimsTableName with the example subscriber).
+func (e *ExactOnce) AddOutputs(scope constructs.Construct) {
+	out := func(id string, v *string, what string) {
+		awscdk.NewCfnOutput(scope, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(what)})
+	}
+	out("ApiUrl", e.Api.ApiEndpoint(), "HTTPS endpoint of the actions API")
+	out("TableName", e.Table.TableName(), "DynamoDB table of actions")
+	out("EventBusName", e.Bus.EventBusName(), "EventBridge bus the events are published on")
+	out("EventBusArn", e.Bus.EventBusArn(), "ARN of the event bus")
+	out("OnFailureQueueUrl", e.OnFailureQueue.QueueUrl(), "SQS queue of stream records that could not be published")
+	out("RepublishFunctionName", e.Functions["republish"].FunctionName(), "Lambda that republishes a time window's events from the table")
+	if e.Subscriber != nil {
+		out("AuditClaimsTableName", e.Subscriber.Claims.TableName(), "Claims of the example audit subscriber (events/once)")
+	}
+}
+
+// tableEnv is what every function that reads or writes actions gets.
+func (b *build) tableEnv(table awsdynamodb.Table) map[string]*string {
+	return map[string]*string{
+		"TABLE_NAME":     table.TableName(),
+		config.EnvShards: jsii.String(strconv.Itoa(b.shards)),
+	}
+}
+
+func title(s string) string { return string(s[0]-'a'+'A') + s[1:] }

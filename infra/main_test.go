@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/exactonce/exactonce/infra/exactonce"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	jsii.Close()
+	os.Exit(code)
+}
+
+// TestPropsFrom: the context options become the construct's typed props
+// (the construct's own tests cover what each prop deploys).
+func TestPropsFrom(t *testing.T) {
+	app := func(ctx map[string]any) awscdk.App {
+		return awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+	}
+	p, err := propsFrom(app(map[string]any{
+		"exactonce:throwaway": "true", "exactonce:auth": "jwt", "exactonce:jwtIssuer": "https://i.example", "exactonce:jwtAudience": "a,b",
+		"exactonce:alarmEmail": "ops@example.com", "exactonce:eventSource": "shop", "exactonce:exampleSubscriber": true,
+		"exactonce:expiryShards": "32", "exactonce:tracing": "true", "exactonce:tenantClaim": "client_id",
+		"exactonce:exampleSubscriberTenant": "coupons", "exactonce:tenants": map[string]any{"coupons": []any{"arn:aws:iam::1:role/c-*"}},
+	}))
+	want := exactonce.Props{
+		Throwaway: true, Auth: exactonce.AuthJWT, JwtIssuer: "https://i.example", JwtAudience: []string{"a", "b"},
+		AlarmEmail: "ops@example.com", EventSource: "shop", ExampleSubscriber: true, ExpiryShards: 32, Tracing: true,
+		TenantClaim: "client_id", ExampleSubscriberTenant: "coupons", Tenants: map[string][]string{"coupons": {"arn:aws:iam::1:role/c-*"}},
+	}
+	if err != nil || !reflect.DeepEqual(p, want) {
+		t.Fatalf("props %+v, %v\nwant %+v", p, err, want)
+	}
+	p, err = propsFrom(app(map[string]any{"exactonce:tenants": `{"a": ["x"]}`}))
+	if err != nil || !reflect.DeepEqual(p.Tenants, map[string][]string{"a": {"x"}}) || p.Auth != exactonce.AuthIAM || p.EventSource != "exactonce" {
+		t.Fatalf("string tenant map / defaults: %+v, %v", p, err)
+	}
+	for ctx, wantErr := range map[string]string{
+		"exactonce:auth=ldap":         "exactonce:auth must be iam or jwt",
+		"exactonce:auth=jwt":          "needs exactonce:jwtIssuer",
+		"exactonce:expiryShards=0":    "from 1 to 1000",
+		`exactonce:tenants={"a":[]}`:  "no principal patterns",
+		"exactonce:expiryShards=many": "whole number",
+	} {
+		k, v, _ := strings.Cut(ctx, "=")
+		if _, err := propsFrom(app(map[string]any{k: v})); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s: %v, want %q", ctx, err, wantErr)
+		}
+	}
+}
