@@ -29,18 +29,25 @@ type Route struct {
 	// keys starting with store.KeyPrefix) with the dynamodb:LeadingKeys
 	// condition: the /keys functions cannot read or write an action.
 	KeysOnly bool
+	// UserIndex lets the function Query the user index (store.UserIndex),
+	// and nothing else of it.
+	UserIndex bool
 }
 
 // Routes are the API's routes: one function each, least privilege each.
 var Routes = []Route{
-	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem"}, true, false},
-	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false, false},
-	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true, false},
-	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, true, false},
-	{"keyclaim", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/claim", []string{"dynamodb:UpdateItem"}, true, true},
-	{"keycomplete", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/complete", []string{"dynamodb:UpdateItem"}, true, true},
-	{"keyrelease", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/release", []string{"dynamodb:UpdateItem"}, true, true},
-	{"keyget", awsapigatewayv2.HttpMethod_GET, "/keys/{key}", []string{"dynamodb:GetItem"}, true, true},
+	// create reads the user index and the user's items only to supersede.
+	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, true, false, true},
+	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false, false, false},
+	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true, false, false},
+	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, true, false, false},
+	{"keyclaim", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/claim", []string{"dynamodb:UpdateItem"}, true, true, false},
+	{"keycomplete", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/complete", []string{"dynamodb:UpdateItem"}, true, true, false},
+	{"keyrelease", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/release", []string{"dynamodb:UpdateItem"}, true, true, false},
+	{"keyget", awsapigatewayv2.HttpMethod_GET, "/keys/{key}", []string{"dynamodb:GetItem"}, true, true, false},
+	// The list function may Query the user index and read items, nothing else.
+	{"userlist", awsapigatewayv2.HttpMethod_GET, "/users/{userId}/actions", []string{"dynamodb:BatchGetItem"}, false, false, true},
+	{"usercancel", awsapigatewayv2.HttpMethod_POST, "/users/{userId}/actions/cancel", []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, true, false, true},
 }
 
 // Api is the HTTP API (IAM or JWT on every route), its access logs and
@@ -107,6 +114,9 @@ func newApi(b *build, scope constructs.Construct, table awsdynamodb.Table, secre
 			}
 		}
 		fn.Function.AddToRolePolicy(awsiam.NewPolicyStatement(tableAccess))
+		if r.UserIndex {
+			fn.allow([]string{"dynamodb:Query"}, jsii.String(*table.TableArn()+"/index/"+store.UserIndex))
+		}
 		if r.Secret {
 			fn.allow([]string{"secretsmanager:GetSecretValue"}, secret.SecretArn())
 		}

@@ -96,7 +96,13 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"create":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CreateLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
+		"create": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CreateLogs`, `Allow ["dynamodb:UpdateItem","dynamodb:BatchGetItem"] on Actions`,
+			`Allow "dynamodb:Query" on Actions/index/byUser`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
+		// The list function may Query the user index and read items, nothing else.
+		"userlist": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UserlistLogs`, `Allow "dynamodb:BatchGetItem" on Actions`,
+			`Allow "dynamodb:Query" on Actions/index/byUser`},
+		"usercancel": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UsercancelLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:UpdateItem"] on Actions`,
+			`Allow "dynamodb:Query" on Actions/index/byUser`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"get":     {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on GetLogs`, `Allow "dynamodb:GetItem" on Actions`},
 		"consume": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ConsumeLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},

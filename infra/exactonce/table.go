@@ -41,5 +41,13 @@ func newTable(b *build, scope constructs.Construct) *Table {
 		ProjectionType: awsdynamodb.ProjectionType_KEYS_ONLY,
 	})
 	t.ExpiryIndexArn = jsii.String(*t.Table.TableArn() + "/index/" + store.ExpiryIndex)
+	// Sparse and keys-only: a user's actions by creation time, written by
+	// the create alone (consume, cancel and expiry never touch its keys).
+	t.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String(store.UserIndex),
+		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String("userKey"), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String("createdAtMs"), Type: awsdynamodb.AttributeType_NUMBER},
+		ProjectionType: awsdynamodb.ProjectionType_KEYS_ONLY,
+	})
 	return t
 }

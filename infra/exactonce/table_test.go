@@ -12,8 +12,8 @@ func TestTable(t *testing.T) {
 		p := props(tbl)
 		for k, want := range map[string]string{
 			"KeySchema":                        `[{"AttributeName":"actionId","KeyType":"HASH"}]`,
-			"AttributeDefinitions":             `[{"AttributeName":"actionId","AttributeType":"S"},{"AttributeName":"expShard","AttributeType":"S"},{"AttributeName":"expiresAtMs","AttributeType":"N"}]`,
-			"GlobalSecondaryIndexes":           `[{"IndexName":"byExpiry","KeySchema":[{"AttributeName":"expShard","KeyType":"HASH"},{"AttributeName":"expiresAtMs","KeyType":"RANGE"}],"Projection":{"ProjectionType":"KEYS_ONLY"}}]`,
+			"AttributeDefinitions":             `[{"AttributeName":"actionId","AttributeType":"S"},{"AttributeName":"expShard","AttributeType":"S"},{"AttributeName":"expiresAtMs","AttributeType":"N"},{"AttributeName":"userKey","AttributeType":"S"},{"AttributeName":"createdAtMs","AttributeType":"N"}]`,
+			"GlobalSecondaryIndexes":           `[{"IndexName":"byExpiry","KeySchema":[{"AttributeName":"expShard","KeyType":"HASH"},{"AttributeName":"expiresAtMs","KeyType":"RANGE"}],"Projection":{"ProjectionType":"KEYS_ONLY"}},{"IndexName":"byUser","KeySchema":[{"AttributeName":"userKey","KeyType":"HASH"},{"AttributeName":"createdAtMs","KeyType":"RANGE"}],"Projection":{"ProjectionType":"KEYS_ONLY"}}]`,
 			"BillingMode":                      `"PAY_PER_REQUEST"`,
 			"TimeToLiveSpecification":          `{"AttributeName":"ttl","Enabled":true}`,
 			"PointInTimeRecoverySpecification": `{"PointInTimeRecoveryEnabled":true}`,
