@@ -13,7 +13,6 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
-	"github.com/exactonce/exactonce/shared/store"
 )
 
 // Route keys of the idempotency-key service.
@@ -76,7 +75,7 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return fail(err)
 		}
 		now := a.Now()
-		k, err := a.store.ClaimKey(ctx, name, store.Claim{
+		k, err := a.store.ClaimKey(ctx, name, idemkey.Claim{
 			Fingerprint: req.Fingerprint, Lease: lease, Token: idemkey.NewToken(),
 			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: now,
 		})
