@@ -202,7 +202,9 @@ func (t *Table) Get(ctx context.Context, name string, now time.Time) (*idemkey.K
 }
 
 // refused carries the old item of a holder's refused write to classify.
-type refused struct{ old map[string]types.AttributeValue }
+type refused struct {
+	old map[string]types.AttributeValue
+}
 
 func (refused) Error() string { return "dynamostore: refused" }
 
