@@ -150,7 +150,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	case errors.As(err, &replay): // our own claim, its answer lost: we hold the key
 		k = replay.Key
 	case errors.As(err, &rej) && rej.Code == idemkey.CodeFingerprintMismatch:
-		return Result{}, ErrPayloadMismatch
+		return Result{}, fmt.Errorf("%w (%w)", ErrPayloadMismatch, err)
 	case errors.As(err, &rej) && rej.Code == idemkey.CodeInProgress:
 		wait := time.Second
 		if rej.Key != nil {
@@ -204,7 +204,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	case errors.As(err, &replay): // our own complete, its answer lost
 		rec = replay.Key
 	case errors.As(err, &rej) && (rej.Code == idemkey.CodeLeaseLost || rej.Code == idemkey.CodeNotFound):
-		return Result{Record: rej.Key}, ErrLeaseLost
+		return Result{Record: rej.Key}, fmt.Errorf("%w (%w)", ErrLeaseLost, err)
 	case err != nil:
 		return Result{Record: k}, fmt.Errorf("idempotency: complete (the effect happened; the key frees itself when its lease lapses): %w", err)
 	}
