@@ -182,7 +182,7 @@ func (p *powertoolsPattern) claim(ctx context.Context, key, hash string) (map[st
 			"in_progress_expiration": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)},
 			"validation":             &types.AttributeValueMemberS{Value: hash},
 		},
-		ConditionExpression: aws.String("attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"),
+		ConditionExpression:      aws.String("attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"),
 		ExpressionAttributeNames: map[string]string{"#id": "id", "#expiry": "expiration", "#status": "status", "#in_progress_expiry": "in_progress_expiration"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}, ":inprogress": &types.AttributeValueMemberS{Value: "INPROGRESS"},
