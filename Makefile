@@ -7,10 +7,10 @@ export CDK_DISABLE_VERSION_CHECK := 1
 TOOLS := .tools/node_modules/.package-lock.json
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GOTEST_FLAGS ?= -count=1 -timeout 25m
-# Our packages run under the race detector. infra/ does not: the jsii runtime
+# Our packages run under the race detector. infra/ (and infra/idemtable) do not: the jsii runtime
 # that drives the CDK reports races inside its own kernel client (jsii.Initialize,
 # a third-party module), and infra/ has no concurrency of its own to check.
-RACE_PKGS = $$(go list ./... | grep -v '/infra$$')
+RACE_PKGS = $$(go list ./... | grep -v '/infra\(/\|$$\)')
 
 CDK := .tools/node_modules/.bin/cdk
 
@@ -33,7 +33,7 @@ test: $(TOOLS) ## run every test (unit, integration against DynamoDB Local, race
 	go vet -tags xray ./shared/tracing
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
-	go test $(GOTEST_FLAGS) ./infra
+	go test $(GOTEST_FLAGS) ./infra/...
 
 bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bench/results/
 	EXACTONCE_BENCH_OUT=$(CURDIR)/bench/results EXACTONCE_BENCH_N=$${BENCH_N:-2000} \

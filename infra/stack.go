@@ -27,6 +27,8 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/events/once"
+	"github.com/exactonce/exactonce/infra/idemtable"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
@@ -375,24 +377,12 @@ func dashboard(stack awscdk.Stack, api awsapigatewayv2.HttpApi, publisher awslam
 // still fails on after Lambda's retries, or that EventBridge cannot deliver,
 // land in a dead-letter queue.
 func exampleSubscriber(stack awscdk.Stack, s Settings, bus awsevents.EventBus, alarm func(string, awscloudwatch.IMetric, float64, string), removal awscdk.RemovalPolicy) {
-	claims := awsdynamodb.NewTable(stack, jsii.String("AuditClaims"), &awsdynamodb.TableProps{
-		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String("eventId"), Type: awsdynamodb.AttributeType_STRING},
-		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
-		TimeToLiveAttribute: jsii.String("ttl"),
-		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
-			PointInTimeRecoveryEnabled: jsii.Bool(true),
-		},
-		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
-		DeletionProtection: jsii.Bool(!s.Throwaway),
-		RemovalPolicy:      removal,
-	})
+	// The claims table of events/once: the idempotency library's table (idemtable).
+	claims := idemtable.New(stack, "AuditClaims", &idemtable.Props{PartitionKey: once.PartitionKey, Keep: !s.Throwaway})
 	deadLetters := deadLetterQueue(stack, "AuditDeadLetters", "the dead-letter queue of the audit subscriber (rule target and async on-failure)", removal)
 
 	fn := newFunction(stack, "audit", s, map[string]*string{"DEDUPE_TABLE": claims.TableName()}, auditMemoryMB, auditTimeout, removal)
-	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
-		Resources: &[]*string{claims.TableArn()},
-	}))
+	idemtable.Grant(claims, fn) // each claim, done and release is one UpdateItem
 	// Lambda retries a failed event twice (about 1 and 3 minutes later),
 	// time enough for a concurrent delivery's claim to finish or lapse.
 	fn.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
