@@ -8,7 +8,7 @@ TOOLS := .tools/node_modules/.package-lock.json
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GOTEST_FLAGS ?= -count=1 -timeout 25m
 # Our packages run under the race detector. infra/ and its packages
-# (infra/exactonce) do not: the jsii runtime that drives the CDK reports races
+# (infra/exactonce, infra/idemtable) do not: the jsii runtime that drives the CDK reports races
 # inside its own kernel client (jsii.Initialize, a third-party module), and
 # infra/ has no concurrency of its own to check.
 RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')

@@ -63,6 +63,7 @@ type report struct {
 	Zips     map[string]int  `json:"zippedBytes"`
 	Pub      publisherResult `json:"publisher"`
 	Cost     []costRow       `json:"costPerMillionConsumes"`
+	Library  []libraryRow    `json:"idempotencyLibrary"`
 }
 
 type requestRow struct {
@@ -159,6 +160,7 @@ func TestReport(t *testing.T) {
 	r.Zips = zips(t)
 	r.Init = coldStarts(t)
 	r.Cost = cost(r)
+	r.Library = libraryRequests(t)
 
 	md := r.markdown()
 	t.Log("\n" + md)
@@ -658,6 +660,7 @@ func (r *report) markdown() string {
 	for _, x := range r.Cost {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.2f |\n", x.Design, x.Writes, x.IndexWrites, x.Reads, x.Total)
 	}
+	b.WriteString(libraryMarkdown(r.Library))
 	return b.String()
 }
 

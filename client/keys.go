@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/exactonce/exactonce/idempotency"
 )
 
 // Key is an idempotency key as the /keys routes show it.
@@ -69,45 +70,41 @@ func (c *Client) GetKey(ctx context.Context, key string) (*Key, error) {
 
 func (k *Key) setReplayed(r bool) { k.Replayed = r }
 
-// Do runs fn at most once per key across every caller and retry — the
-// idempotency decorator of the seeds as a function: claim the key; if it
-// is completed, return the stored response; if another caller holds it,
-// wait (Retry-After) and claim again; once granted, run fn, then complete
-// the key with fn's result, or release it with fn's error (and return that
-// error) so a later call may try again. The result is fn's value as JSON.
+// Do runs fn at most once per key across every caller and retry: the
+// idempotency library's flow (idempotency.Run) over the hosted keys
+// (KeyStore). Claim the key; if it is completed, return the stored
+// response; if another caller holds it, wait (Retry-After) and claim again;
+// once granted, run fn, then complete the key with fn's result, or release
+// it with fn's error (its text is stored as the key's lastError, and the
+// error returned) so a later call may try again. The result is fn's value
+// as JSON. A key reused with another fingerprint is
+// idempotency.ErrPayloadMismatch (and ErrFingerprintMismatch).
 //
 // The lease must outlast fn: if it lapses, another caller may take over and
 // this caller's complete fails with ErrLeaseLost (fn's effect then happened,
 // and the other caller's may too; keep fn itself idempotent or the lease long).
+// For typed inputs and outputs, hooks and a cache, use idempotency.Wrap with
+// Store: c.KeyStore().
 func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Duration, fn func(context.Context) (any, error)) (json.RawMessage, error) {
+	call := idempotency.Call{Key: key, Fingerprint: fingerprint, Lease: lease, Reason: func(err error) string { return err.Error() }}
 	for {
-		k, err := c.Claim(ctx, key, fingerprint, lease)
-		var busy *Error
-		switch {
-		case errors.As(err, &busy) && errors.Is(err, ErrInProgress):
-			wait := busy.RetryAfter
-			if wait <= 0 {
-				wait = time.Second
+		res, err := idempotency.Run(ctx, c.KeyStore(), call, func(ctx context.Context) ([]byte, error) {
+			v, err := fn(ctx)
+			if err != nil {
+				return nil, err
 			}
-			if err := sleep(ctx, wait); err != nil {
+			return json.Marshal(v)
+		})
+		var busy *idempotency.InProgressError
+		switch {
+		case errors.As(err, &busy):
+			if err := sleep(ctx, max(busy.RetryAfter, 100*time.Millisecond)); err != nil {
 				return nil, err
 			}
 			continue
 		case err != nil:
 			return nil, err
-		case k.State == "completed":
-			return k.Response, nil
 		}
-		v, fnErr := fn(ctx)
-		if fnErr != nil {
-			if _, err := c.Release(ctx, key, k.Token, fnErr.Error()); err != nil {
-				return nil, errors.Join(fnErr, fmt.Errorf("exactonce: release: %w", err))
-			}
-			return nil, fnErr
-		}
-		if _, err := c.Complete(ctx, key, k.Token, v); err != nil {
-			return nil, fmt.Errorf("exactonce: complete: %w", err)
-		}
-		return json.Marshal(v)
+		return res.Response, nil
 	}
 }

@@ -2,12 +2,15 @@
 // it runs a handler at most once per event id, however often EventBridge
 // delivers the event.
 //
-// Each event id is claimed in a DynamoDB table (partition key "eventId" of
-// type S, TTL on "ttl") by one conditional PutItem. The claim holds a lease:
-//   - the handler succeeds: the claim becomes "done" (one conditional
-//     UpdateItem) and every later delivery is acknowledged without running it;
-//   - the handler fails (error or panic): the claim is deleted (one
-//     conditional DeleteItem) so the redelivery runs it again;
+// It is the idempotency library (package idempotency) keyed by event id, on
+// a DynamoDB table of its own (partition key "eventId" of type S, TTL on
+// "ttl"), so it runs the same claim / complete / release writes as the
+// library and the service's /keys routes (idempotency/dynamostore), one
+// conditional UpdateItem each. The claim holds a lease:
+//   - the handler succeeds: the claim is completed and every later delivery
+//     is acknowledged without running it;
+//   - the handler fails (error or panic): the claim is released so the
+//     redelivery runs it again;
 //   - the process dies mid-handler: the lease lapses and the next delivery
 //     takes the claim over.
 //
@@ -22,15 +25,13 @@ package once
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/idempotency"
+	"github.com/exactonce/exactonce/idempotency/dynamostore"
 )
 
 // Defaults.
@@ -50,19 +51,15 @@ var (
 	// ErrInProgress: another delivery of the same event holds a live claim.
 	// Fail the delivery so it is retried; by then the holder has finished
 	// (the retry is acknowledged) or failed (the retry runs the handler).
-	ErrInProgress = errors.New("once: event is being handled by another delivery")
+	ErrInProgress = idempotency.ErrInProgress
 	// ErrLeaseLost: the handler ran longer than its lease and another
 	// delivery took the claim over, so the handler may have run twice. Raise
 	// the lease above the handler's longest run.
-	ErrLeaseLost = errors.New("once: the handler outlived its lease; another delivery took the claim")
+	ErrLeaseLost = idempotency.ErrLeaseLost
 )
 
 // API is the part of the DynamoDB client the guard uses; *dynamodb.Client has it.
-type API interface {
-	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
-	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
-	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
-}
+type API = dynamostore.API
 
 // Guard claims event ids in one table.
 type Guard struct {
@@ -82,134 +79,38 @@ type Guard struct {
 // New returns a Guard on table with the defaults.
 func New(db API, table string) *Guard { return &Guard{DB: db, Table: table} }
 
-// Claim attributes.
-const (
-	attrID    = "eventId"
-	attrState = "state"
-	attrToken = "token"
-	attrLease = "leaseUntilMs"
-	attrDone  = "doneAt"
-	attrTTL   = "ttl"
+// PartitionKey is the claims table's partition key.
+const PartitionKey = "eventId"
 
-	stateRunning = "running"
-	stateDone    = "done"
-)
+// eventFingerprint is every claim's fingerprint: an event id names one
+// event, there is no payload to compare.
+const eventFingerprint = "event"
 
 // Do runs fn unless the event id was already handled. ran reports whether fn
 // ran in this call. err is nil when fn succeeded or had succeeded before;
 // fn's own error when it failed (the claim is released); ErrInProgress,
-// ErrLeaseLost, or a DynamoDB error otherwise.
+// ErrLeaseLost, or a DynamoDB error otherwise. A panic in fn releases the
+// claim and panics on.
 func (g *Guard) Do(ctx context.Context, eventID string, fn func(context.Context) error) (ran bool, err error) {
 	if eventID == "" {
 		return false, errors.New("once: empty event id")
 	}
-	now := g.now()
-	token := rand.Text() // identifies this claim: only its holder finishes or releases it
-	done, err := g.claim(ctx, eventID, token, now)
-	if err != nil || done {
-		return false, err
-	}
-
-	defer func() {
-		// A panicking handler releases its claim like a failing one, then
-		// panics on: the runtime reports it and the event is redelivered.
-		if r := recover(); r != nil {
-			g.release(context.WithoutCancel(ctx), eventID, token)
-			panic(r)
+	table := &dynamostore.Table{DB: g.DB, Name: g.Table, PartitionKey: PartitionKey, Retention: g.retention()}
+	call := idempotency.Call{Key: eventID, Fingerprint: eventFingerprint, Lease: g.lease(ctx, g.now()), Now: g.Now}
+	_, err = idempotency.Run(ctx, table, call, func(ctx context.Context) ([]byte, error) {
+		ran = true
+		if err := fn(ctx); err != nil {
+			return nil, err
 		}
-	}()
-	if err := fn(ctx); err != nil {
-		// Release even if ctx is done: the claim must not wait out its lease.
-		if rerr := g.release(context.WithoutCancel(ctx), eventID, token); rerr != nil {
-			return true, errors.Join(err, rerr)
-		}
-		return true, err
-	}
-	return true, g.finish(context.WithoutCancel(ctx), eventID, token)
-}
-
-// claim takes the event id, or reports it done, in one conditional PutItem.
-func (g *Guard) claim(ctx context.Context, eventID, token string, now time.Time) (done bool, err error) {
-	leaseUntil := now.Add(g.lease(ctx, now))
-	_, err = g.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &g.Table,
-		Item: map[string]types.AttributeValue{
-			attrID:    &types.AttributeValueMemberS{Value: eventID},
-			attrState: &types.AttributeValueMemberS{Value: stateRunning},
-			attrToken: &types.AttributeValueMemberS{Value: token},
-			attrLease: number(leaseUntil.UnixMilli()),
-			// An abandoned claim is cleaned up after retention too.
-			attrTTL: number(now.Add(g.retention()).Unix()),
-		},
-		// Free, or a running claim whose lease has lapsed (its holder died).
-		ConditionExpression: aws.String("attribute_not_exists(#id) OR (#state = :running AND #lease < :now)"),
-		ExpressionAttributeNames: map[string]string{
-			"#id": attrID, "#state": attrState, "#lease": attrLease,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":running": &types.AttributeValueMemberS{Value: stateRunning},
-			":now":     number(now.UnixMilli()),
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		return []byte("true"), nil
 	})
-	var failed *types.ConditionalCheckFailedException
-	if errors.As(err, &failed) {
-		if s, ok := failed.Item[attrState].(*types.AttributeValueMemberS); ok && s.Value == stateDone {
-			return true, nil
-		}
-		return false, ErrInProgress
+	if errors.Is(err, idempotency.ErrPayloadMismatch) {
+		// Only a claim written before this package ran on the library (it
+		// has no fingerprint; state "done" or "running") meets this: count
+		// it handled rather than redeliver the event until its TTL.
+		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("once: claim %s: %w", eventID, err)
-	}
-	return false, nil
-}
-
-// finish marks the claim done, if it is still ours.
-func (g *Guard) finish(ctx context.Context, eventID, token string) error {
-	now := g.now()
-	_, err := g.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           &g.Table,
-		Key:                 key(eventID),
-		UpdateExpression:    aws.String("SET #state = :done, #doneAt = :now, #ttl = :ttl REMOVE #lease"),
-		ConditionExpression: aws.String("#token = :token"),
-		ExpressionAttributeNames: map[string]string{
-			"#state": attrState, "#doneAt": attrDone, "#ttl": attrTTL, "#lease": attrLease, "#token": attrToken,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":done":  &types.AttributeValueMemberS{Value: stateDone},
-			":now":   number(now.UnixMilli()),
-			":ttl":   number(now.Add(g.retention()).Unix()),
-			":token": &types.AttributeValueMemberS{Value: token},
-		},
-	})
-	var failed *types.ConditionalCheckFailedException
-	if errors.As(err, &failed) {
-		return ErrLeaseLost
-	}
-	if err != nil {
-		return fmt.Errorf("once: mark %s done: %w", eventID, err)
-	}
-	return nil
-}
-
-// release deletes the claim, if it is still ours, so a redelivery runs fn.
-func (g *Guard) release(ctx context.Context, eventID, token string) error {
-	_, err := g.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 &g.Table,
-		Key:                       key(eventID),
-		ConditionExpression:       aws.String("#token = :token"),
-		ExpressionAttributeNames:  map[string]string{"#token": attrToken},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":token": &types.AttributeValueMemberS{Value: token}},
-	})
-	var failed *types.ConditionalCheckFailedException
-	if errors.As(err, &failed) {
-		return nil // another delivery took it over: nothing of ours to release
-	}
-	if err != nil {
-		return fmt.Errorf("once: release %s (it frees itself when its lease lapses): %w", eventID, err)
-	}
-	return nil
+	return ran, err
 }
 
 func (g *Guard) lease(ctx context.Context, now time.Time) time.Duration {
@@ -236,40 +137,9 @@ func (g *Guard) now() time.Time {
 	return time.Now()
 }
 
-func key(eventID string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrID: &types.AttributeValueMemberS{Value: eventID}}
-}
-
-func number(n int64) *types.AttributeValueMemberN {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
 // CreateTable makes a claims table (key eventId, on-demand, TTL on ttl) for
 // local runs and tests; the CDK app makes the deployed one. An existing
 // table is left as it is.
 func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &name,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrID), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(attrID), KeyType: types.KeyTypeHash}},
-		BillingMode:          types.BillingModePayPerRequest,
-	})
-	var inUse *types.ResourceInUseException
-	if errors.As(err, &inUse) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("once: create table %s: %w", name, err)
-	}
-	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &name}, time.Minute); err != nil {
-		return fmt.Errorf("once: wait for table %s: %w", name, err)
-	}
-	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName:               &name,
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(attrTTL), Enabled: aws.Bool(true)},
-	})
-	if err != nil {
-		return fmt.Errorf("once: enable ttl on %s: %w", name, err)
-	}
-	return nil
+	return dynamostore.CreateTable(ctx, db, name, PartitionKey)
 }

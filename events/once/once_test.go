@@ -69,8 +69,8 @@ func TestRunsOncePerEventID(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("first delivery: ran=%v err=%v", ran, err)
 	}
-	if got := counter.Take(); got["PutItem"] != 1 || got["UpdateItem"] != 1 || len(got) != 2 {
-		t.Errorf("first delivery requests %v, want one PutItem (claim) and one UpdateItem (done)", got)
+	if got := counter.Take(); got["UpdateItem"] != 2 || len(got) != 1 {
+		t.Errorf("first delivery requests %v, want two UpdateItem (claim, complete)", got)
 	}
 	for range 3 {
 		ran, err = g.Do(ctx, "ev-1", fn)
@@ -78,8 +78,8 @@ func TestRunsOncePerEventID(t *testing.T) {
 			t.Fatalf("redelivery: ran=%v err=%v", ran, err)
 		}
 	}
-	if got := counter.Take(); got["PutItem"] != 3 || len(got) != 1 {
-		t.Errorf("3 redeliveries made %v, want 3 PutItem only", got)
+	if got := counter.Take(); got["UpdateItem"] != 3 || len(got) != 1 {
+		t.Errorf("3 redeliveries made %v, want 3 UpdateItem (failed claims) only", got)
 	}
 	if runs != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs)
@@ -88,7 +88,7 @@ func TestRunsOncePerEventID(t *testing.T) {
 		t.Fatalf("another event id: ran=%v err=%v runs=%d", ran, err, runs)
 	}
 	item := claim(t, db, g, "ev-1")
-	if str(item, "state") != "done" || str(item, "doneAt") == "" || item["leaseUntilMs"] != nil {
+	if str(item, "completedAt") == "" || str(item, "attempts") != "1" {
 		t.Errorf("done claim: %v", item)
 	}
 	ttl, _ := strconv.ParseInt(str(item, "ttl"), 10, 64)
@@ -108,11 +108,11 @@ func TestFailedHandlerReleasesClaim(t *testing.T) {
 	if !ran || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: ran=%v err=%v (want its own error)", ran, err)
 	}
-	if got := counter.Take(); got["PutItem"] != 1 || got["DeleteItem"] != 1 || len(got) != 2 {
-		t.Errorf("failed delivery requests %v, want PutItem + DeleteItem", got)
+	if got := counter.Take(); got["UpdateItem"] != 2 || len(got) != 1 {
+		t.Errorf("failed delivery requests %v, want two UpdateItem (claim, release)", got)
 	}
-	if item := claim(t, db, g, "ev"); item != nil {
-		t.Fatalf("claim kept after failure: %v", item)
+	if item := claim(t, db, g, "ev"); item["token"] != nil || str(item, "releasedAt") == "" || str(item, "failures") != "1" {
+		t.Fatalf("claim still held after failure: %v", item)
 	}
 	ran, err = g.Do(ctx, "ev", func(context.Context) error { return nil })
 	if !ran || err != nil {
@@ -130,8 +130,11 @@ func TestPanickingHandlerReleasesClaim(t *testing.T) {
 		}()
 		g.Do(context.Background(), "ev", func(context.Context) error { panic("kaboom") })
 	}()
-	if item := claim(t, db, g, "ev"); item != nil {
-		t.Fatalf("claim kept after panic: %v", item)
+	if item := claim(t, db, g, "ev"); item["token"] != nil || str(item, "releasedAt") == "" {
+		t.Fatalf("claim still held after panic: %v", item)
+	}
+	if ran, err := g.Do(context.Background(), "ev", func(context.Context) error { return nil }); !ran || err != nil {
+		t.Fatalf("redelivery after panic: ran=%v err=%v", ran, err)
 	}
 }
 
@@ -232,7 +235,7 @@ func TestLeaseTakeover(t *testing.T) {
 	if err := <-staleResult; err == nil || errors.Is(err, once.ErrLeaseLost) {
 		t.Fatalf("stale holder: %v, want its own error", err)
 	}
-	if !took || str(claim(t, db, g, "ev"), "state") != "done" {
+	if !took || str(claim(t, db, g, "ev"), "completedAt") == "" {
 		t.Fatalf("after takeover: took=%v claim=%v", took, claim(t, db, g, "ev"))
 	}
 	if ran, err := g.Do(ctx, "ev", func(context.Context) error { return nil }); ran || err != nil {
@@ -264,7 +267,7 @@ func TestStaleHolderSucceedsLate(t *testing.T) {
 	if !ran || !errors.Is(err, once.ErrLeaseLost) {
 		t.Fatalf("stale success: ran=%v err=%v, want ErrLeaseLost", ran, err)
 	}
-	if str(claim(t, db, g, "ev"), "state") != "done" {
+	if str(claim(t, db, g, "ev"), "completedAt") == "" {
 		t.Fatal("claim not done")
 	}
 }
@@ -279,7 +282,7 @@ func TestLeaseFollowsDeadline(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(30*time.Second))
 	defer cancel()
 	_, err := g.Do(ctx, "ev", func(context.Context) error {
-		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev"), "leaseUntilMs"), 10, 64)
+		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev"), "leaseExpiresAtMs"), 10, 64)
 		if want := now.Add(35 * time.Second).UnixMilli(); lease != want {
 			t.Errorf("lease until %d, want %d (deadline + 5 s)", lease, want)
 		}
@@ -290,12 +293,28 @@ func TestLeaseFollowsDeadline(t *testing.T) {
 	}
 	g.Now = nil
 	if _, err := g.Do(context.Background(), "ev2", func(context.Context) error {
-		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev2"), "leaseUntilMs"), 10, 64)
+		lease, _ := strconv.ParseInt(str(claim(t, db, g, "ev2"), "leaseExpiresAtMs"), 10, 64)
 		if d := time.Until(time.UnixMilli(lease)); d < once.DefaultLease-time.Minute || d > once.DefaultLease {
 			t.Errorf("lease without deadline: %s, want about %s", d, once.DefaultLease)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLegacyClaimCountsHandled: a claim the previous version wrote (PutItem,
+// "state", no fingerprint) is acknowledged, not redelivered until its TTL.
+func TestLegacyClaimCountsHandled(t *testing.T) {
+	g, _, db := newGuard(t)
+	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
+		"eventId": &types.AttributeValueMemberS{Value: "old"}, "state": &types.AttributeValueMemberS{Value: "done"},
+		"doneAt": &types.AttributeValueMemberN{Value: "1"}, "ttl": &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := g.Do(context.Background(), "old", func(context.Context) error { t.Error("ran"); return nil }); ran || err != nil {
+		t.Fatalf("legacy done claim: ran=%v err=%v", ran, err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/exactonce/exactonce/events"
+	"github.com/exactonce/exactonce/events/once"
+	"github.com/exactonce/exactonce/infra/idemtable"
 )
 
 // ExampleSubscriber is the audit subscriber (functions/audit): a rule on the
@@ -29,21 +31,12 @@ type ExampleSubscriber struct {
 
 func newExampleSubscriber(b *build, scope constructs.Construct, bus awsevents.EventBus) *ExampleSubscriber {
 	s := &ExampleSubscriber{Construct: b.part(scope, "ExampleSubscriber", false)}
-	s.Claims = awsdynamodb.NewTable(s.Construct, jsii.String("AuditClaims"), &awsdynamodb.TableProps{
-		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String("eventId"), Type: awsdynamodb.AttributeType_STRING},
-		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
-		TimeToLiveAttribute: jsii.String("ttl"),
-		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
-			PointInTimeRecoveryEnabled: jsii.Bool(true),
-		},
-		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
-		DeletionProtection: jsii.Bool(!b.Throwaway),
-		RemovalPolicy:      b.removal,
-	})
+	// The claims table of events/once: the idempotency library's table.
+	s.Claims = idemtable.New(s.Construct, "AuditClaims", &idemtable.Props{PartitionKey: once.PartitionKey, Keep: !b.Throwaway})
 	s.DeadLetters = deadLetterQueue(b, s.Construct, "AuditDeadLetters", "the dead-letter queue of the audit subscriber (rule target and async on-failure)")
 
 	s.Function = newFunction(b, s.Construct, "audit", map[string]*string{"DEDUPE_TABLE": s.Claims.TableName(), "EVENT_SOURCE": jsii.String(b.EventSource)}, auditMemoryMB, auditTimeout)
-	s.Function.allow([]string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, s.Claims.TableArn())
+	s.Function.allow([]string{"dynamodb:UpdateItem"}, s.Claims.TableArn()) // each claim, done and release is one UpdateItem
 	// Lambda retries a failed event twice (about 1 and 3 minutes later),
 	// time enough for a concurrent delivery's claim to finish or lapse.
 	s.Function.Function.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{

@@ -13,7 +13,6 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
-	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
@@ -48,7 +47,7 @@ type KeyView struct {
 
 func keyView(k *idemkey.Key, at time.Time) *KeyView {
 	v := &KeyView{
-		Key: k.Name, State: k.StateAt(at), Attempts: k.Attempts, Failures: k.Failures,
+		Key: keyName(k), State: k.StateAt(at), Attempts: k.Attempts, Failures: k.Failures,
 		CreatedAt: optTime(k.CreatedAt), ClaimedAt: optTime(k.ClaimedAt), CompletedAt: optTime(k.CompletedAt),
 		ReleasedAt: optTime(k.ReleasedAt), LastError: k.LastError,
 	}
@@ -56,6 +55,13 @@ func keyView(k *idemkey.Key, at time.Time) *KeyView {
 		v.LeaseExpiresAt = optTime(k.LeaseExpiresAt)
 	}
 	return v
+}
+
+// keyName is the key's name as its caller knows it: without the tenant's
+// part of the stored name (see pathKey).
+func keyName(k *idemkey.Key) string {
+	_, name := tenant.SplitItemKey(k.Name)
+	return name
 }
 
 // Claim handles POST /keys/{key}/claim: 201 with a lease and fencing token
@@ -77,7 +83,7 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return fail(err)
 		}
 		now := a.Now()
-		k, err := a.store.ClaimKey(ctx, name, store.Claim{
+		k, err := a.store.ClaimKey(ctx, name, idemkey.Claim{
 			Fingerprint: req.Fingerprint, Lease: lease, Token: idemkey.NewToken(),
 			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: now,
 		})

@@ -121,20 +121,29 @@ func NewToken() string {
 	return hex.EncodeToString(b)
 }
 
-// ClaimAttempt is one claim as classification needs it.
-type ClaimAttempt struct {
+// Claim is one request to claim a key: what the store writes and what
+// classification of a refusal needs. Every claimant (the /keys routes, the
+// idempotency library, events/once) fills the same struct.
+type Claim struct {
 	Now         time.Time
-	Fingerprint string       // the caller's fingerprint of its side effect's parameters
-	Write       action.Write // the claim request's Idempotency-Key, body fingerprint and request id
-	// Fingerprints is the claim request body's fingerprint under every known key set.
+	Fingerprint string        // the caller's fingerprint of its side effect's parameters
+	Lease       time.Duration // how long the holder keeps the key without finishing
+	// Token is the fresh fencing token this claim writes (NewToken). Finding
+	// it on the key means the write was this claim's own, applied although
+	// its answer was lost (an SDK retry): the claim holds the key.
+	Token string
+	Write action.Write // the claim request's Idempotency-Key, body fingerprint and request id (HTTP only)
+	// Fingerprints is the claim request body's fingerprint under every known key set (HTTP only).
 	Fingerprints []string
 }
 
 // ClassifyClaim explains a refused claim from the key the write saw.
-// Precedence: a reused key with other parameters is always 422; a completed
-// key replays its response; this caller's own earlier claim gets its lease
-// back; anything else is held by another caller.
-func ClassifyClaim(old *Key, at ClaimAttempt) error {
+// Precedence: a reused key with other parameters is always a mismatch,
+// whatever the state (the payload is validated on the record the failed
+// write returned, never skipped); a completed key replays its response; this
+// caller's own earlier claim gets its lease back; anything else is held by
+// another caller.
+func ClassifyClaim(old *Key, at Claim) error {
 	if old == nil {
 		return reject(CodeInternal, nil) // the write creates missing keys
 	}
@@ -144,7 +153,7 @@ func ClassifyClaim(old *Key, at ClaimAttempt) error {
 	if !old.CompletedAt.IsZero() {
 		return &Replay{Key: old}
 	}
-	if old.StateAt(at.Now) == StateInProgress && sameCall(old.Claim, at) {
+	if old.StateAt(at.Now) == StateInProgress && (at.Token != "" && old.Token == at.Token || sameCall(old.Claim, at)) {
 		return &Replay{Key: old}
 	}
 	if old.StateAt(at.Now) == StateInProgress {
@@ -158,7 +167,7 @@ func ClassifyClaim(old *Key, at ClaimAttempt) error {
 // the same Idempotency-Key, and in either case the same request body. Only
 // that retry gets the holder's token back; another body under the same key
 // (say, another leaseSeconds) is another caller.
-func sameCall(w action.Write, at ClaimAttempt) bool {
+func sameCall(w action.Write, at Claim) bool {
 	sameBody := w.Fingerprint != "" && slices.Contains(at.Fingerprints, w.Fingerprint)
 	return sameBody && (at.Write.RequestID != "" && w.RequestID == at.Write.RequestID || at.Write.Key != "" && w.Key == at.Write.Key)
 }

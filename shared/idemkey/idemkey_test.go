@@ -36,22 +36,27 @@ func TestClassifyClaim(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		old  *Key
-		at   ClaimAttempt
+		at   Claim
 		want string
 	}{
-		{"other fingerprint while held", held(nil), ClaimAttempt{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
-		{"other fingerprint once completed", held(completed), ClaimAttempt{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
-		{"completed replays", held(completed), ClaimAttempt{Now: now, Fingerprint: "f"}, "replay"},
-		{"held by another", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "other", RequestID: "r2"}}, "in_progress"},
-		{"held, no key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r2"}}, "in_progress"},
-		{"own claim by key", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body1"}}, "replay"},
-		{"own claim by SDK retry", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body1"}}, "replay"},
+		{"other fingerprint while held", held(nil), Claim{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
+		{"other fingerprint once completed", held(completed), Claim{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
+		{"completed replays", held(completed), Claim{Now: now, Fingerprint: "f"}, "replay"},
+		{"held by another", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "other", RequestID: "r2"}}, "in_progress"},
+		{"held, no key", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r2"}}, "in_progress"},
+		{"own claim by key", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body1"}}, "replay"},
+		{"own claim by SDK retry", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body1"}}, "replay"},
 		// The same key with another body (say another leaseSeconds) is not the
 		// holder's retry: it must not get the live token.
-		{"same key, other body", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body2"}}, "in_progress"},
-		{"same request id, other body", held(nil), ClaimAttempt{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body2"}}, "in_progress"},
-		{"claimable yet refused is a bug", held(func(k *Key) { k.Token = "" }), ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
-		{"nothing there is a bug", nil, ClaimAttempt{Now: now, Fingerprint: "f"}, "internal"},
+		{"same key, other body", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body2"}}, "in_progress"},
+		{"same request id, other body", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body2"}}, "in_progress"},
+		// A write applied whose answer was lost: its SDK retry finds its own token.
+		{"own token (lost answer)", held(nil), Claim{Now: now, Fingerprint: "f", Token: "t1"}, "replay"},
+		{"own token, other fingerprint", held(nil), Claim{Now: now, Fingerprint: "g", Token: "t1"}, "fingerprint_mismatch"},
+		{"other token", held(nil), Claim{Now: now, Fingerprint: "f", Token: "t2"}, "in_progress"},
+		{"own token after the lease lapsed", held(func(k *Key) { k.LeaseExpiresAt = now.Add(-time.Second) }), Claim{Now: now, Fingerprint: "f", Token: "t1"}, "internal"},
+		{"claimable yet refused is a bug", held(func(k *Key) { k.Token = "" }), Claim{Now: now, Fingerprint: "f"}, "internal"},
+		{"nothing there is a bug", nil, Claim{Now: now, Fingerprint: "f"}, "internal"},
 	} {
 		if got := outcome(ClassifyClaim(c.old, c.at)); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)

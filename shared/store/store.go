@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/exactonce/exactonce/idempotency/dynamostore"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -54,6 +55,7 @@ type Store struct {
 	retention    time.Duration
 	shards       int
 	keyRetention time.Duration
+	keys         *dynamostore.Table
 }
 
 // New returns a Store on table.
@@ -67,7 +69,9 @@ func New(db *dynamodb.Client, table string, o Options) *Store {
 	if o.KeyRetention <= 0 {
 		o.KeyRetention = idemkey.DefaultRetention
 	}
-	return &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards, keyRetention: o.KeyRetention}
+	st := &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards, keyRetention: o.KeyRetention}
+	st.keys = st.keyTable()
+	return st
 }
 
 // ExpiryShards is the number of partitions of the expiry index.

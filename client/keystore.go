@@ -1,0 +1,110 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/exactonce/exactonce/idempotency"
+	"github.com/exactonce/exactonce/shared/idemkey"
+)
+
+// KeyStore keeps idempotency keys in the hosted ExactOnce keys API: the
+// idempotency library's Persistence for a service without access to a
+// table of its own. Each method is one call (one conditional write on the
+// service's table), retried safely under one Idempotency-Key.
+//
+//	h := idempotency.Wrap(fn, idempotency.Options[In, Out]{Store: c.KeyStore(), Key: …})
+type KeyStore struct{ c *Client }
+
+// KeyStore returns the hosted keys as an idempotency.Persistence.
+func (c *Client) KeyStore() *KeyStore { return &KeyStore{c: c} }
+
+var _ idempotency.Persistence = (*KeyStore)(nil)
+
+// Claim claims key (POST /keys/{key}/claim). The service mints the token;
+// the lease is whole seconds from 1 to 3600.
+func (s *KeyStore) Claim(ctx context.Context, key string, cl idempotency.Claim) (*idempotency.Record, error) {
+	lease := min(max(cl.Lease, time.Second), idemkey.MaxLeaseSeconds*time.Second)
+	k, err := s.c.Claim(ctx, key, cl.Fingerprint, lease)
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.Code == string(idemkey.CodeInProgress):
+		until := cl.Now.Add(max(e.RetryAfter, time.Second))
+		if e.LeaseExpiresAt != nil {
+			until = *e.LeaseExpiresAt
+		}
+		return nil, errors.Join(&idemkey.Rejection{Code: idemkey.CodeInProgress, Key: &idemkey.Key{Name: key, LeaseExpiresAt: until}}, err)
+	case errors.As(err, &e) && e.Code == string(idemkey.CodeFingerprintMismatch):
+		return nil, errors.Join(&idemkey.Rejection{Code: idemkey.CodeFingerprintMismatch}, err)
+	case err != nil:
+		return nil, err
+	case k.State == string(idemkey.StateCompleted):
+		// The service compared the fingerprint before answering.
+		return nil, &idemkey.Replay{Key: record(k, cl.Fingerprint)}
+	}
+	return record(k, cl.Fingerprint), nil
+}
+
+// Complete stores the response (POST /keys/{key}/complete).
+func (s *KeyStore) Complete(ctx context.Context, key, token string, response []byte, _ time.Time) (*idempotency.Record, error) {
+	k, err := s.c.Complete(ctx, key, token, json.RawMessage(response))
+	if err != nil {
+		return nil, rejection(err)
+	}
+	return record(k, ""), nil
+}
+
+// Release gives the key up (POST /keys/{key}/release).
+func (s *KeyStore) Release(ctx context.Context, key, token, reason string, _ time.Time) (*idempotency.Record, error) {
+	k, err := s.c.Release(ctx, key, token, cleanReason(reason))
+	if err != nil {
+		return nil, rejection(err)
+	}
+	return record(k, ""), nil
+}
+
+// rejection adds the domain's refusal to a holder's refused call.
+func rejection(err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		switch c := idemkey.Code(e.Code); c {
+		case idemkey.CodeLeaseLost, idemkey.CodeCompleted, idemkey.CodeNotFound:
+			return errors.Join(&idemkey.Rejection{Code: c}, err)
+		}
+	}
+	return err
+}
+
+// record is the library's view of an answered key.
+func record(k *Key, fingerprint string) *idempotency.Record {
+	r := &idempotency.Record{
+		Name: k.Key, Fingerprint: fingerprint, Token: k.Token, Response: []byte(k.Response),
+		CreatedAt: k.CreatedAt, Attempts: k.Attempts, Failures: k.Failures, LastError: k.LastError,
+	}
+	for dst, src := range map[*time.Time]*time.Time{&r.LeaseExpiresAt: k.LeaseExpiresAt, &r.ClaimedAt: k.ClaimedAt, &r.CompletedAt: k.CompletedAt, &r.ReleasedAt: k.ReleasedAt} {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	return r
+}
+
+// cleanReason fits a release reason to the API: printable, at most
+// idemkey.MaxErrorLen characters.
+func cleanReason(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > idemkey.MaxErrorLen {
+		s = string(r[:idemkey.MaxErrorLen])
+	}
+	return s
+}

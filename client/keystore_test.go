@@ -1,0 +1,91 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exactonce/exactonce/client"
+	"github.com/exactonce/exactonce/idempotency"
+	"github.com/exactonce/exactonce/internal/testkit"
+)
+
+type payment struct {
+	Order  string `json:"order"`
+	Amount int    `json:"amount"`
+}
+
+// TestKeyStore: the idempotency library over the hosted keys, with the
+// first attempt of every HTTP call losing its answer after the server
+// acted: one run, typed replays, payload mismatch (422 from the service),
+// in progress while held, a failure released with a clean reason.
+func TestKeyStore(t *testing.T) {
+	env := testkit.NewEnv(t)
+	c := newClient(env, &transport{after: firstAttemptOf()})
+	var runs atomic.Int32
+	entered, hold := make(chan struct{}), make(chan struct{})
+	pay := idempotency.Wrap(func(ctx context.Context, p payment) (string, error) {
+		runs.Add(1)
+		switch p.Order {
+		case "held":
+			close(entered)
+			<-hold
+		case "fails":
+			return "", errors.New("card declined\nline two " + strings.Repeat("x", 2000))
+		}
+		return "ch_" + p.Order, nil
+	}, idempotency.Options[payment, string]{
+		Store: c.KeyStore(), Namespace: "pay", Lease: 30 * time.Second,
+		Key: func(p payment) (string, error) { return p.Order, nil },
+	})
+	ctx := context.Background()
+	for i := range 3 {
+		ctx, o := idempotency.WithOutcome(ctx)
+		r, err := pay(ctx, payment{"o-1", 500})
+		if err != nil || r != "ch_o-1" || o.Replayed != (i > 0) {
+			t.Fatalf("call %d: %q %v replayed=%v", i, r, err, o.Replayed)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d, want 1", runs.Load())
+	}
+	_, err := pay(ctx, payment{"o-1", 501})
+	if !errors.Is(err, idempotency.ErrPayloadMismatch) || !errors.Is(err, client.ErrFingerprintMismatch) {
+		t.Fatalf("other payload: %v", err)
+	}
+
+	done := make(chan error)
+	go func() { _, err := pay(ctx, payment{"held", 1}); done <- err }()
+	<-entered
+	_, err = pay(ctx, payment{"held", 1})
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	var ip *idempotency.InProgressError
+	if !errors.As(err, &ip) || ip.RetryAfter <= 0 {
+		t.Fatalf("while held: %v", err)
+	}
+
+	if _, err := pay(ctx, payment{"fails", 1}); err == nil || !strings.HasPrefix(err.Error(), "card declined") {
+		t.Fatalf("failing effect: %v", err)
+	}
+	// Wrap stores a fixed reason: no error text (it may carry payload) leaves the process.
+	k, err := c.GetKey(ctx, "pay:fails")
+	if err != nil || k.State != "failed" || k.Failures != 1 || k.LastError != "handler returned an error" {
+		t.Fatalf("released key: %+v %v", k, err)
+	}
+	// Do stores the error's text, fitted to the API (printable, 1024 characters).
+	if _, err := c.Do(ctx, "do-fails", "f", 0, func(context.Context) (any, error) {
+		return nil, errors.New("card declined\n" + strings.Repeat("x", 2000))
+	}); err == nil {
+		t.Fatal("Do: want the effect's error")
+	}
+	k, err = c.GetKey(ctx, "do-fails")
+	if err != nil || k.Failures != 1 || len(k.LastError) != 1024 || !strings.HasPrefix(k.LastError, "card declined x") {
+		t.Fatalf("Do's released key: %+v %v", k, err)
+	}
+}

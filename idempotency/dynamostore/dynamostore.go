@@ -1,0 +1,391 @@
+// Package dynamostore keeps idempotency keys in a DynamoDB table: the one
+// implementation of claim, complete and release that the /keys routes of the
+// service, events/once and the idempotency library share. Each transition is
+// ONE conditional UpdateItem that returns the old item when its condition
+// fails (ReturnValuesOnConditionCheckFailure = ALL_OLD); shared/idemkey then
+// explains the refusal from that item. No read precedes a write.
+//
+// The table needs a string partition key (PartitionKey, default "id") and
+// should have DynamoDB TTL on "ttl" (CreateTable, or the CDK helper in
+// infra/idemtable). Any table with a string partition key can hold keys
+// beside other items under a Prefix (the service's table uses "key#").
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/idemkey"
+)
+
+// Defaults and attribute names a table must agree with.
+const (
+	DefaultPartitionKey = "id"
+	// TTLAttribute holds the end of a key's retention (epoch seconds): the
+	// table's DynamoDB TTL attribute.
+	TTLAttribute = "ttl"
+)
+
+// Attribute names of a key item (besides its partition key).
+const (
+	attrFP        = "fingerprint"
+	attrToken     = "token"
+	attrLeaseMs   = "leaseExpiresAtMs"
+	attrCreatedAt = "createdAt"
+	attrClaimedAt = "claimedAt"
+	attrDoneAt    = "completedAt"
+	attrReleased  = "releasedAt"
+	attrResponse  = "response"
+	attrAttempts  = "attempts"
+	attrFailures  = "failures"
+	attrLastError = "lastError"
+	attrRelToken  = "releasedToken"
+	attrClaimKey  = "claimKey"
+	attrClaimReq  = "claimRequestId"
+	attrClaimFP   = "claimFingerprint" // the claim request body's (keyed) fingerprint, HTTP only
+	attrTTL       = TTLAttribute
+)
+
+// names maps every #placeholder of the expressions below to its attribute.
+var names = map[string]string{
+	"#fp": attrFP, "#token": attrToken, "#lease": attrLeaseMs, "#createdAt": attrCreatedAt,
+	"#claimedAt": attrClaimedAt, "#doneAt": attrDoneAt, "#released": attrReleased, "#response": attrResponse,
+	"#attempts": attrAttempts, "#failures": attrFailures, "#lastError": attrLastError, "#relToken": attrRelToken,
+	"#claimKey": attrClaimKey, "#claimReq": attrClaimReq, "#claimFP": attrClaimFP, "#ttl": attrTTL,
+}
+
+// The conditions of the three transitions.
+const (
+	// claimable: new, past its retention, or (same fingerprint, not
+	// completed, and nobody's lease running). A different fingerprint never
+	// passes, so the refusal's old item is always checked for it.
+	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
+		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
+	// held: the token is the current holder's and nothing finished the key.
+	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
+)
+
+// API is the part of the DynamoDB client the table uses; *dynamodb.Client has it.
+type API interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// Table holds idempotency keys in one DynamoDB table.
+type Table struct {
+	DB   API
+	Name string
+	// PartitionKey is the table's partition key attribute (type S); "" is
+	// DefaultPartitionKey.
+	PartitionKey string
+	// Prefix starts every key item's partition key value, so keys can share
+	// a table with other items.
+	Prefix string
+	// Retention is how long a key is kept after its last transition (its
+	// TTL); zero is idemkey.DefaultRetention. Within it a completed key
+	// replays; after it the key can be claimed anew.
+	Retention time.Duration
+}
+
+// New returns a Table on name with the default partition key and retention.
+func New(db API, name string) *Table { return &Table{DB: db, Name: name} }
+
+// Claim takes the key for one holder with one conditional write: a new key,
+// a released one, or one whose lease lapsed. Otherwise it returns
+// idemkey.ClassifyClaim's answer: *idemkey.Replay for a completed key or the
+// caller's own claim (answer lost, or a retried HTTP request), else
+// *idemkey.Rejection (fingerprint_mismatch, in_progress).
+func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemkey.Key, error) {
+	c.Now = action.Millis(c.Now)
+	now := c.Now
+	sets := []string{"#fp = :fp", "#token = :token", "#lease = :lease", "#claimedAt = :now",
+		"#createdAt = if_not_exists(#createdAt, :now)", "#ttl = :ttl"}
+	// A key past its retention starts over: nothing of its old answer stays.
+	rems := []string{"#doneAt", "#response", "#relToken"}
+	values := map[string]types.AttributeValue{
+		":fp": s(c.Fingerprint), ":token": s(c.Token), ":lease": n(now.Add(c.Lease).UnixMilli()),
+		":now": s(FormatTime(now)), ":ttl": n(now.Add(t.retention() + c.Lease).Unix()), ":one": n(1),
+		":nowMs": n(now.UnixMilli()), ":nowS": n(now.Unix()),
+	}
+	for _, a := range []struct{ ph, v string }{{"claimReq", c.Write.RequestID}, {"claimFP", c.Write.Fingerprint}, {"claimKey", c.Write.Key}} {
+		if a.v == "" {
+			rems = append(rems, "#"+a.ph)
+			continue
+		}
+		sets = append(sets, "#"+a.ph+" = :"+a.ph)
+		values[":"+a.ph] = s(a.v)
+	}
+	expr := "SET " + strings.Join(sets, ", ") + " ADD #attempts :one REMOVE " + strings.Join(rems, ", ")
+	written, old, failed, err := t.write(ctx, name, expr, condClaimable, values)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("dynamostore: claim: %w", err)
+	case !failed:
+		return t.decode(written)
+	}
+	k, err := t.decode(old)
+	if err != nil {
+		return nil, err
+	}
+	return nil, idemkey.ClassifyClaim(k, c)
+}
+
+// Complete stores the response of the holder of token with one conditional
+// write; the key then replays it until its retention ends. A retry of the
+// same complete answers *idemkey.Replay; a token that no longer holds the
+// key gets a *idemkey.Rejection (lease_lost, key_not_found).
+func (t *Table) Complete(ctx context.Context, name, token string, response []byte, now time.Time) (*idemkey.Key, error) {
+	now = action.Millis(now)
+	values := map[string]types.AttributeValue{
+		":now": s(FormatTime(now)), ":response": s(string(response)), ":ttl": n(now.Add(t.retention()).Unix()), ":token": s(token),
+	}
+	k, err := t.transition(ctx, name, "SET #doneAt = :now, #response = :response, #ttl = :ttl", values)
+	if err != nil {
+		return nil, t.classify(err, "complete", func(old *idemkey.Key) error { return idemkey.ClassifyComplete(old, token) })
+	}
+	return k, nil
+}
+
+// Release gives the key up after a failed attempt, with one conditional
+// write: it is claimable again at once, and its failure count grows.
+// errText is stored as the key's last error (keep secrets out of it).
+func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
+	now = action.Millis(now)
+	values := map[string]types.AttributeValue{
+		":now": s(FormatTime(now)), ":token": s(token), ":ttl": n(now.Add(t.retention()).Unix()), ":one": n(1),
+	}
+	expr := "SET #released = :now, #relToken = :token, #ttl = :ttl"
+	rems := "#token, #lease, #claimKey, #claimReq, #claimFP"
+	if errText != "" {
+		expr += ", #lastError = :lastError"
+		values[":lastError"] = s(errText)
+	} else {
+		rems += ", #lastError"
+	}
+	k, err := t.transition(ctx, name, expr+" ADD #failures :one REMOVE "+rems, values)
+	if err != nil {
+		return nil, t.classify(err, "release", func(old *idemkey.Key) error { return idemkey.ClassifyRelease(old, token) })
+	}
+	return k, nil
+}
+
+// Get reads a key with a strongly consistent read; a key past its retention
+// reads as not found (*idemkey.Rejection key_not_found).
+func (t *Table) Get(ctx context.Context, name string, now time.Time) (*idemkey.Key, error) {
+	out, err := t.DB.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &t.Name, Key: t.key(name), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: get: %w", err)
+	}
+	if out.Item == nil {
+		return nil, &idemkey.Rejection{Code: idemkey.CodeNotFound}
+	}
+	k, err := t.decode(out.Item)
+	if err != nil {
+		return nil, err
+	}
+	if k.Gone(now) {
+		return nil, &idemkey.Rejection{Code: idemkey.CodeNotFound}
+	}
+	return k, nil
+}
+
+// refused carries the old item of a holder's refused write to classify.
+type refused struct {
+	old map[string]types.AttributeValue
+}
+
+func (refused) Error() string { return "dynamostore: refused" }
+
+// transition runs a holder's write (condition: still held by :token).
+func (t *Table) transition(ctx context.Context, name, expr string, values map[string]types.AttributeValue) (*idemkey.Key, error) {
+	written, old, failed, err := t.write(ctx, name, expr, condHeld, values)
+	switch {
+	case err != nil:
+		return nil, err
+	case failed:
+		return nil, refused{old}
+	}
+	return t.decode(written)
+}
+
+// classify turns a refused holder's write into the domain's answer and
+// wraps a dependency error.
+func (t *Table) classify(err error, op string, explain func(*idemkey.Key) error) error {
+	var r refused
+	if !errors.As(err, &r) {
+		return fmt.Errorf("dynamostore: %s: %w", op, err)
+	}
+	var old *idemkey.Key
+	if r.old != nil {
+		if old, err = t.decode(r.old); err != nil {
+			return err
+		}
+	}
+	return explain(old)
+}
+
+// placeholder finds the #name and :value placeholders of an expression.
+var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9]+`)
+
+// write runs one conditional UpdateItem. When the condition fails, failed is
+// true and old is the item the write saw (nil if there was none).
+func (t *Table) write(ctx context.Context, name, expr, cond string, values map[string]types.AttributeValue) (written, old map[string]types.AttributeValue, failed bool, err error) {
+	used, vals := map[string]string{}, map[string]types.AttributeValue{}
+	for _, ph := range placeholder.FindAllString(expr+" "+cond, -1) {
+		switch {
+		case ph == "#pk":
+			used[ph] = t.partitionKey()
+		case ph[0] == '#':
+			used[ph] = names[ph]
+		default:
+			vals[ph] = values[ph]
+		}
+	}
+	out, err := t.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           &t.Name,
+		Key:                                 t.key(name),
+		UpdateExpression:                    &expr,
+		ConditionExpression:                 &cond,
+		ExpressionAttributeNames:            used,
+		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return nil, ccf.Item, true, nil
+	case err != nil:
+		return nil, nil, false, err
+	}
+	return out.Attributes, nil, false, nil
+}
+
+func (t *Table) key(name string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{t.partitionKey(): s(t.Prefix + name)}
+}
+
+func (t *Table) partitionKey() string {
+	if t.PartitionKey == "" {
+		return DefaultPartitionKey
+	}
+	return t.PartitionKey
+}
+
+func (t *Table) retention() time.Duration {
+	if t.Retention > 0 {
+		return t.Retention
+	}
+	return idemkey.DefaultRetention
+}
+
+// decode reads a key item; nil for nil.
+func (t *Table) decode(item map[string]types.AttributeValue) (*idemkey.Key, error) {
+	if item == nil {
+		return nil, nil
+	}
+	d := decoder{item: item}
+	pk := d.str(t.partitionKey())
+	k := &idemkey.Key{
+		Name:           strings.TrimPrefix(pk, t.Prefix),
+		Fingerprint:    d.str(attrFP),
+		Token:          d.str(attrToken),
+		LeaseExpiresAt: time.UnixMilli(d.num(attrLeaseMs)).UTC(),
+		CreatedAt:      d.time(attrCreatedAt),
+		ClaimedAt:      d.time(attrClaimedAt),
+		CompletedAt:    d.time(attrDoneAt),
+		ReleasedAt:     d.time(attrReleased),
+		Attempts:       int(d.num(attrAttempts)),
+		Failures:       int(d.num(attrFailures)),
+		LastError:      d.str(attrLastError),
+		ReleasedToken:  d.str(attrRelToken),
+		Claim:          action.Write{Key: d.str(attrClaimKey), Fingerprint: d.str(attrClaimFP), RequestID: d.str(attrClaimReq)},
+		ExpiresAt:      time.Unix(d.num(attrTTL), 0).UTC(),
+	}
+	if r := d.str(attrResponse); r != "" {
+		k.Response = []byte(r)
+	}
+	if k.Token == "" {
+		k.LeaseExpiresAt = time.Time{}
+	}
+	if !strings.HasPrefix(pk, t.Prefix) {
+		d.fail(t.partitionKey())
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return k, nil
+}
+
+// timeLayout is how instants are stored: RFC 3339, UTC, milliseconds (the
+// service's items use the same).
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime renders t the way key items store it.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+type decoder struct {
+	item map[string]types.AttributeValue
+	err  error
+}
+
+func (d *decoder) fail(name string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("dynamostore: malformed attribute %q", name)
+	}
+}
+
+func (d *decoder) str(name string) string {
+	switch v := d.item[name].(type) {
+	case nil:
+		return ""
+	case *types.AttributeValueMemberS:
+		return v.Value
+	}
+	d.fail(name)
+	return ""
+}
+
+func (d *decoder) num(name string) int64 {
+	switch v := d.item[name].(type) {
+	case nil:
+		return 0
+	case *types.AttributeValueMemberN:
+		i, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			d.fail(name)
+		}
+		return i
+	}
+	d.fail(name)
+	return 0
+}
+
+func (d *decoder) time(name string) time.Time {
+	v := d.str(name)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		d.fail(name)
+	}
+	return t.UTC()
+}
