@@ -289,7 +289,8 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, s
 		Resources: &[]*string{jsii.String(*table.TableArn() + "/index/" + store.ExpiryIndex)},
 	}))
 	sweeper.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("dynamodb:UpdateItem"),
+		// GetItem/UpdateItem: its watermarks and Expire; BatchGetItem: skip finished actions.
+		Actions:   jsii.Strings("dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"),
 		Resources: &[]*string{table.TableArn()},
 	}))
 	awsevents.NewRule(stack, jsii.String("SweepSchedule"), &awsevents.RuleProps{

@@ -234,7 +234,7 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow "dynamodb:ListStreams" on *`,
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
-			`Allow "dynamodb:UpdateItem" on Actions`},
+			`Allow ["dynamodb:UpdateItem","dynamodb:GetItem","dynamodb:BatchGetItem"] on Actions`},
 	}
 	// The /keys functions reach only idempotency-key items, never an action.
 	keysOnly := ` if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["key#*"]}}`
@@ -395,7 +395,7 @@ func TestExampleSubscriber(t *testing.T) {
 }
 
 // TestSweeper: a rule runs the sweeper every minute; it may only Query the
-// expiry index and UpdateItem the table (TestLeastPrivilege), and every
+// expiry index and read (its watermarks, finished actions) or UpdateItem the table (TestLeastPrivilege), and every
 // function that writes actions agrees on the shard count.
 func TestSweeper(t *testing.T) {
 	_, tmpl := synth(t, Settings{ExpiryShards: 32})
