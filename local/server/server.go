@@ -120,7 +120,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	mux.Handle("GET /openapi.yaml", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
-		w.Write(openapi.OpenAPI)
+		_, _ = w.Write(openapi.OpenAPI) // fails only when the client went away
 	}))
 	mux.Handle("GET /_local/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -128,7 +128,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if totals == nil {
 			totals = []telemetry.Total{}
 		}
-		json.NewEncoder(w).Encode(totals)
+		_ = json.NewEncoder(w).Encode(totals) // fails only when the client went away
 	}))
 	srv := &Server{API: api, Handler: sameOrigin(mux), DB: db, Table: o.Table, Metrics: metrics,
 		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log, Metrics: metrics}}
