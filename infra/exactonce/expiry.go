@@ -23,7 +23,8 @@ func newExpiry(b *build, scope constructs.Construct, table *Table) *Expiry {
 	x.Sweeper = newFunction(b, x.Construct, "sweeper", b.tableEnv(table.Table), sweeperMemoryMB, sweeperTimeout)
 	x.Sweeper.reserve(sweeperReservedConcurrency)
 	x.Sweeper.allow([]string{"dynamodb:Query"}, table.ExpiryIndexArn)
-	x.Sweeper.allow([]string{"dynamodb:UpdateItem"}, table.Table.TableArn())
+	// GetItem/UpdateItem: its watermarks and Expire; BatchGetItem: skip finished actions.
+	x.Sweeper.allow([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, table.Table.TableArn())
 	x.Schedule = awsevents.NewRule(x.Construct, jsii.String("SweepSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Runs the ExactOnce expiry sweeper every minute"),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),

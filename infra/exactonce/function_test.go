@@ -111,7 +111,7 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow "dynamodb:ListStreams" on *`,
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
-			`Allow "dynamodb:UpdateItem" on Actions`},
+			`Allow ["dynamodb:UpdateItem","dynamodb:GetItem","dynamodb:BatchGetItem"] on Actions`},
 		"republish": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on RepublishLogs`, `Allow "dynamodb:Scan" on Actions`, `Allow "events:PutEvents" on Bus`},
 	}
 	// The /keys functions reach only idempotency-key items, never an action.

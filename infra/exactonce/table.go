@@ -32,8 +32,9 @@ func newTable(b *build, scope constructs.Construct) *Table {
 		DeletionProtection: jsii.Bool(!b.Throwaway),
 		RemovalPolicy:      b.removal,
 	})
-	// Sparse: only open actions carry expShard, so the index holds exactly
-	// the actions the sweeper may have to expire.
+	// Keys-only and written by the create alone: finishing an action leaves
+	// its entry (no index write); the sweeper reads each due entry once,
+	// behind per-shard watermarks, and skips the finished ones.
 	t.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 		IndexName:      jsii.String(store.ExpiryIndex),
 		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String("expShard"), Type: awsdynamodb.AttributeType_STRING},

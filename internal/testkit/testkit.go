@@ -85,6 +85,8 @@ type Env struct {
 	*server.Server
 	URL     string
 	Counter *Counter
+	// Capacity sums the units DynamoDB reports for the server's requests.
+	Capacity *Capacity
 	Log     *SyncBuffer
 	offset  atomic.Int64
 }
@@ -98,6 +100,8 @@ func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	cfg := config.Local(Endpoint)
 	counter := NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
+	capacity := NewCapacity()
+	capacity.Attach(&cfg)
 	logs := &SyncBuffer{}
 	table := "t-" + strings.NewReplacer("/", "-", " ", "-", "#", "-").Replace(t.Name())
 	if len(table) > 200 {
@@ -119,11 +123,12 @@ func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	env := &Env{Server: srv, Counter: counter, Log: logs}
+	env := &Env{Server: srv, Counter: counter, Capacity: capacity, Log: logs}
 	srv.API.Now = func() time.Time { return time.Now().Add(time.Duration(env.offset.Load())) }
 	hs := httptest.NewServer(srv.Handler)
 	t.Cleanup(hs.Close)
 	counter.Take() // table setup is not part of any test's count
+	capacity.Take()
 	env.URL = hs.URL
 	return env
 }

@@ -141,7 +141,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	mux.Handle("GET /openapi.yaml", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
-		w.Write(openapi.OpenAPI)
+		_, _ = w.Write(openapi.OpenAPI) // fails only when the client went away
 	}))
 	mux.Handle("GET /_local/metrics", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -149,7 +149,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		if totals == nil {
 			totals = []telemetry.Total{}
 		}
-		json.NewEncoder(w).Encode(totals)
+		_ = json.NewEncoder(w).Encode(totals) // fails only when the client went away
 	}))
 	srv := &Server{API: api, Handler: sameOrigin(mux), DB: db, Table: o.Table, Metrics: metrics,
 		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log, Metrics: metrics}}
@@ -231,16 +231,16 @@ func (s *Server) republishHandler(log *slog.Logger) http.Handler {
 		var in republish.Request
 		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&in); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
-			json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": err.Error()})
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": err.Error()})
 			return
 		}
 		res, err := r.Handle(req.Context(), in)
 		if err != nil {
 			w.WriteHeader(http.StatusInternalServerError)
-			json.NewEncoder(w).Encode(map[string]any{"error": "republish_failed", "message": err.Error(), "result": res})
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "republish_failed", "message": err.Error(), "result": res})
 			return
 		}
-		json.NewEncoder(w).Encode(res)
+		_ = json.NewEncoder(w).Encode(res)
 	})
 }
 

@@ -57,9 +57,9 @@ func TestEventsEndToEnd(t *testing.T) {
 	do("POST", "/actions/e2/cancel", `{"reason":"refund"}`)
 	do("POST", "/actions/e2/cancel", ``) // second cancel: no write
 
-	evs := waitEvents(t, env, 2)
+	waitEvents(t, env, 2)
 	time.Sleep(500 * time.Millisecond) // anything extra would show up by now
-	evs = localEvents(t, env)
+	evs := localEvents(t, env)
 	t.Logf("consume → event at /_local/events: %s", latency)
 	if len(first) == 0 || latency > 2*time.Second {
 		t.Fatalf("consume's event took %s (want within 2 s)", latency)

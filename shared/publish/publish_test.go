@@ -23,6 +23,7 @@ import (
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/telemetry"
+	"github.com/exactonce/exactonce/shared/store"
 )
 
 type img = map[string]lambdaevents.DynamoDBAttributeValue
@@ -67,6 +68,13 @@ func keyRecord(name string, old, cur img, ttl bool) lambdaevents.DynamoDBEventRe
 	return r
 }
 
+// watermarkRecord is the sweeper's write of its watermarks (no userId: not an action).
+func watermarkRecord() lambdaevents.DynamoDBEventRecord {
+	r := record("MODIFY", img{"actionId": str(store.WatermarkID), "w0": num(1)}, img{"actionId": str(store.WatermarkID), "w0": num(2)}, false, "98")
+	r.Change.Keys = img{"actionId": str(store.WatermarkID)}
+	return r
+}
+
 func TestDerive(t *testing.T) {
 	consumed := base("a", "consumedAt", str("2023-11-14T23:00:00.000Z"), "consumedReason", str("checkout"))
 	canceled := base("a", "canceledAt", str("2023-11-14T23:00:00.000Z"), "cancelReason", str("refund"))
@@ -90,6 +98,7 @@ func TestDerive(t *testing.T) {
 		{"an idempotency key's claim emits nothing", keyRecord("INSERT", nil, keyItem, false), ""},
 		{"an idempotency key's complete emits nothing", keyRecord("MODIFY", keyItem, keyItem, false), ""},
 		{"TTL removal of an idempotency key emits nothing", keyRecord("REMOVE", keyItem, nil, true), ""},
+		{"the sweeper's watermarks emit nothing", watermarkRecord(), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,10 +27,11 @@ type Entry struct {
 
 // Derive returns the event a stream record stands for, or nil when the
 // record is not a transition subscribers hear about (a create, a PIN
-// counter, the TTL deletion of a finished action, any idempotency-key item).
+// counter, the TTL deletion of a finished action, any idempotency-key item,
+// the sweeper's watermarks).
 func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
-	if pk, ok := rec.Change.Keys["actionId"]; ok && pk.DataType() == lambdaevents.DataTypeString && store.IsKeyItem(pk.String()) {
-		return nil, nil // an idempotency key of the /keys routes, not an action
+	if pk, ok := rec.Change.Keys["actionId"]; ok && pk.DataType() == lambdaevents.DataTypeString && (store.IsKeyItem(pk.String()) || store.IsSweepItem(pk.String())) {
+		return nil, nil // an idempotency key of the /keys routes or the sweeper's watermarks, not an action
 	}
 	var old, cur *action.Action
 	var err error

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,12 +17,21 @@ import (
 	"github.com/exactonce/exactonce/shared/action"
 )
 
-// ExpiryIndex is the sparse global secondary index of open actions by
-// expiry: partition key expShard (set on create, removed by the write that
-// finishes the action), sort key expiresAtMs, keys only.
+// ExpiryIndex is the sparse global secondary index of actions by expiry:
+// partition key expShard (set on create), sort key expiresAtMs, keys only.
+//
+// An entry stays until DynamoDB TTL deletes its item (free of charge): the
+// writes that finish an action (consume, cancel, expire) leave expShard and
+// expiresAtMs as they are, and an update that changes neither key of a
+// keys-only index writes nothing to it, so each of them costs one table
+// write and no index write. The sweeper reads every entry once, when it
+// falls due, behind a per-shard watermark (Watermarks), and skips the
+// finished ones with a cheap read (Finished) instead of a write.
+// Items written before this design carry expShard only while open; they
+// expire the same way.
 const ExpiryIndex = "byExpiry"
 
-// expiryShard spreads open actions over the index's partitions.
+// expiryShard spreads actions over the index's partitions.
 func expiryShard(id string, shards int) string {
 	h := fnv.New32a()
 	h.Write([]byte(id))
@@ -31,15 +43,14 @@ const condExpirable = "attribute_exists({actionId}) AND attribute_not_exists({co
 	" AND attribute_not_exists({canceledAt}) AND attribute_not_exists({expiredAt})" +
 	" AND {expiresAtMs} <= :nowMs"
 
-// Expire marks a due, open action expired with one conditional write, which
-// also takes it out of the expiry index; ttl keeps its end of retention.
+// Expire marks a due, open action expired with one conditional write (its
+// index entry stays: no index write); ttl keeps its end of retention.
 // It reports false when the action was finished (or gone) already: a
 // consume that won the race, another sweep, a cancel.
 func (st *Store) Expire(ctx context.Context, id string, now time.Time) (bool, error) {
 	now = action.Millis(now)
 	u := newUpdate()
 	u.set(attrExpiredAt, ts(now))
-	u.remove(attrExpShard)
 	u.value("nowMs", n(now.UnixMilli()))
 	_, old, err := st.update(ctx, id, u, u.cond(condExpirable), types.ReturnValueNone)
 	var r *action.Rejection
@@ -58,23 +69,33 @@ type DueAction struct {
 	ExpiresAt time.Time
 }
 
-// Due pages through one shard of the expiry index for actions whose
-// expiresAt is at or before now, calling page with each page until the
-// shard is exhausted or page returns false. The index is eventually
-// consistent: an action may already be finished, which Expire tells.
-func (st *Store) Due(ctx context.Context, shard int, now time.Time, page func([]DueAction) bool) error {
+// DuePageSize bounds the entries of one page of Due, so a sweep that runs
+// out of time keeps the progress of the pages it finished.
+const DuePageSize = 500
+
+// Due pages through one shard of the expiry index for entries with
+// after < expiresAtMs <= upTo (in ms; ascending), calling page with each
+// page until the shard is exhausted or page returns false. The index is
+// eventually consistent and keeps finished actions: Finished and Expire
+// tell which are still open.
+func (st *Store) Due(ctx context.Context, shard int, after int64, upTo time.Time, page func([]DueAction) bool) error {
+	if after >= upTo.UnixMilli() {
+		return nil
+	}
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
 		TableName:              &st.table,
 		IndexName:              aws.String(ExpiryIndex),
-		KeyConditionExpression: aws.String("#shard = :shard AND #exp <= :nowMs"),
+		KeyConditionExpression: aws.String("#shard = :shard AND #exp BETWEEN :from AND :to"),
 		ExpressionAttributeNames: map[string]string{
 			"#shard": attrExpShard, "#exp": attrExpiresAtMs, "#id": attrID,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":shard": s(strconv.Itoa(shard)),
-			":nowMs": n(now.UnixMilli()),
+			":from":  n(after + 1),
+			":to":    n(upTo.UnixMilli()),
 		},
 		ProjectionExpression: aws.String("#id, #exp"),
+		Limit:                aws.Int32(DuePageSize),
 	})
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
@@ -91,8 +112,119 @@ func (st *Store) Due(ctx context.Context, shard int, now time.Time, page func([]
 			ms, _ := strconv.ParseInt(exp.Value, 10, 64)
 			due = append(due, DueAction{ID: id.Value, ExpiresAt: time.UnixMilli(ms)})
 		}
-		if !page(due) {
+		if len(due) > 0 && !page(due) {
 			return nil
+		}
+	}
+	return nil
+}
+
+// batchGetMax is BatchGetItem's limit of keys per request.
+const batchGetMax = 100
+
+// Finished returns the ids among due whose item a read shows finished
+// (consumed, canceled or expired) with the same expiresAt as the entry:
+// those need no write. It reads with BatchGetItem, eventually consistent
+// (half a read unit per item of up to 4 KB): a stale answer can only show
+// an older state, and a finished action never reopens, so an action is
+// never wrongly skipped; one shown open, missing or left unprocessed is
+// simply not in the result, and Expire's condition decides.
+func (st *Store) Finished(ctx context.Context, due []DueAction) (map[string]bool, error) {
+	want := make(map[string]int64, len(due))
+	for _, d := range due {
+		want[d.ID] = d.ExpiresAt.UnixMilli()
+	}
+	done := map[string]bool{}
+	ids := slices.Sorted(maps.Keys(want))
+	for chunk := range slices.Chunk(ids, batchGetMax) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, id := range chunk {
+			keys[i] = key(id)
+		}
+		req := map[string]types.KeysAndAttributes{st.table: {
+			Keys:                 keys,
+			ProjectionExpression: aws.String("#id, #exp, #c, #x, #e"),
+			ExpressionAttributeNames: map[string]string{
+				"#id": attrID, "#exp": attrExpiresAtMs, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt,
+			},
+		}}
+		for try := 0; len(req) > 0 && try < 4; try++ {
+			if try > 0 {
+				select { // unprocessed keys: DynamoDB asks to back off
+				case <-time.After(time.Duration(25<<try) * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, classifyErr(err)
+			}
+			for _, it := range out.Responses[st.table] {
+				d := decoder{item: it}
+				id, exp := d.str(attrID), d.num(attrExpiresAtMs)
+				finished := d.str(attrConsumedAt) != "" || d.str(attrCanceledAt) != "" || d.str(attrExpiredAt) != ""
+				if d.err == nil && finished && exp == want[id] {
+					done[id] = true
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return done, nil
+}
+
+// WatermarkID is the partition key of the sweeper's own item: for each
+// shard of the expiry index (attribute "w<shard>"), the expiresAtMs up to
+// which every entry has been handled. '#' is outside the action id
+// alphabet, so no action can take this key.
+const WatermarkID = "sweep#watermarks"
+
+// IsSweepItem reports whether a partition key is the sweeper's item.
+func IsSweepItem(pk string) bool { return pk == WatermarkID }
+
+func watermarkAttr(shard int) string { return "w" + strconv.Itoa(shard) }
+
+// Watermarks reads the sweeper's watermarks (one eventually consistent
+// GetItem; a stale one is only lower, so entries are read again, never
+// skipped). A shard without one (a new table or shard, an old table) is 0.
+func (st *Store) Watermarks(ctx context.Context) (map[int]int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.table, Key: key(WatermarkID)})
+	if err != nil {
+		return nil, classifyErr(err)
+	}
+	marks := map[int]int64{}
+	d := decoder{item: out.Item}
+	for shard := range st.shards {
+		marks[shard] = d.num(watermarkAttr(shard))
+	}
+	return marks, d.err
+}
+
+// AdvanceWatermarks raises the given shards' watermarks with one
+// conditional write; a watermark never goes down, so overlapping sweeps
+// cannot undo each other's progress. If another sweep got further on one
+// of them, each shard is raised on its own (rare: sweeps seldom overlap).
+func (st *Store) AdvanceWatermarks(ctx context.Context, marks map[int]int64) error {
+	shards := slices.Sorted(maps.Keys(marks))
+	raise := func(shards []int) (failed bool, err error) {
+		u := newUpdate()
+		var conds []string
+		for _, shard := range shards {
+			a := watermarkAttr(shard)
+			u.set(a, n(marks[shard]))
+			conds = append(conds, "(attribute_not_exists({"+a+"}) OR {"+a+"} < :"+a+")")
+		}
+		_, _, failed, err = st.write(ctx, WatermarkID, u, u.cond(strings.Join(conds, " AND ")), types.ReturnValueNone)
+		return failed, err
+	}
+	failed, err := raise(shards)
+	if err != nil || !failed || len(shards) == 1 {
+		return err
+	}
+	for _, shard := range shards {
+		if _, err := raise([]int{shard}); err != nil {
+			return err
 		}
 	}
 	return nil

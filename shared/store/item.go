@@ -36,7 +36,7 @@ const (
 	attrKeyID          = "keyId"       // key set of the PIN hash and the sealed payload
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
-	attrExpShard       = "expShard" // only while open: the sparse expiry index's partition key
+	attrExpShard       = "expShard" // set on create (older items: only while open): the expiry index's partition key
 
 	attrCreateKey  = "createKey"
 	attrCreateFP   = "createFingerprint"

@@ -32,13 +32,13 @@ const DefaultRetention = 30 * 24 * time.Hour
 // outcome is unknown and the caller may retry.
 var ErrUnavailable = errors.New("store: dynamodb unavailable")
 
-// DefaultExpiryShards is how many partitions the expiry index spreads open
-// actions over (by a hash of the id). Every create and every finish writes
-// the index, and one index partition takes about 1,000 writes/s, so 16
-// shards absorb ~16,000/s (far above the API's default stage throttle) even
-// when a whole burst expires in the same minute; the sweeper's idle cost is
-// 16 small Queries a minute. Raise it, never lower it, on a live table
-// (actions in dropped shards would only expire by TTL).
+// DefaultExpiryShards is how many partitions the expiry index spreads
+// actions over (by a hash of the id). Every create writes the index (the
+// writes that finish an action do not), and one index partition takes
+// about 1,000 writes/s, so 16 shards absorb ~16,000 creates/s (far above
+// the API's default stage throttle); the sweeper's idle cost is one
+// watermark read and 16 small Queries a minute. Raise it, never lower it,
+// on a live table (actions in dropped shards would only expire by TTL).
 const DefaultExpiryShards = 16
 
 // Options tune a Store; zero values mean the defaults.
@@ -271,7 +271,6 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 	u.set(attrConsumedAt, ts(at.Now))
 	u.setIf(attrConsumedReason, c.Reason)
 	u.set(attrTTL, n(at.Now.Add(st.retention).Unix()))
-	u.remove(attrExpShard) // finished: out of the expiry index, in the same write
 	setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
 	u.value("nowMs", n(at.Now.UnixMilli()))
 	if extra != nil {
@@ -350,7 +349,6 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 	u.set(attrCanceledAt, ts(now))
 	u.setIf(attrCancelReason, c.Reason)
 	u.set(attrTTL, n(now.Add(st.retention).Unix()))
-	u.remove(attrExpShard)
 	setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
 	u.value("nowMs", n(now.UnixMilli()))
 

@@ -12,7 +12,6 @@ import (
 type update struct {
 	sets   []string
 	adds   []string
-	rems   []string
 	names  map[string]string
 	values map[string]types.AttributeValue
 }
@@ -65,9 +64,6 @@ func (u *update) setIf(attr, v string) {
 	}
 }
 
-// remove adds "REMOVE #attr".
-func (u *update) remove(attr string) { u.rems = append(u.rems, u.name(attr)) }
-
 // expression renders the UpdateExpression.
 func (u *update) expression() string {
 	var parts []string
@@ -76,9 +72,6 @@ func (u *update) expression() string {
 	}
 	if len(u.adds) > 0 {
 		parts = append(parts, "ADD "+strings.Join(u.adds, ", "))
-	}
-	if len(u.rems) > 0 {
-		parts = append(parts, "REMOVE "+strings.Join(u.rems, ", "))
 	}
 	return strings.Join(parts, " ")
 }

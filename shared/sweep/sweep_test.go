@@ -4,13 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
 )
@@ -37,8 +43,10 @@ func sweepAt(t *testing.T, env *testkit.Env, at time.Time) sweep.Result {
 }
 
 // TestSweep: only open actions past expiresAt are marked, each with one
-// conditional UpdateItem; finished actions left the index with the write
-// that finished them; a second sweep finds nothing.
+// conditional UpdateItem that writes no index; finished actions (still in
+// the keys-only index: consume and cancel leave it alone) are skipped after
+// one batched read, without a write; the watermark makes the next sweep
+// read only what fell due since.
 func TestSweep(t *testing.T) {
 	env := testkit.NewEnv(t)
 	now := time.Now()
@@ -52,11 +60,12 @@ func TestSweep(t *testing.T) {
 	testkit.Do(t, nil, "POST", env.URL+"/actions/consumed/consume", "")
 	testkit.Do(t, nil, "POST", env.URL+"/actions/canceled/cancel", "")
 	env.Counter.Take()
+	env.Capacity.Take()
 
 	at := soon.Add(time.Second)
 	r := sweepAt(t, env, at)
-	if r.Due != 3 || r.Expired != 3 || r.Finished != 0 || !r.Complete {
-		t.Fatalf("sweep: %+v, want 3 due and expired", r)
+	if r.Due != 5 || r.Expired != 3 || r.Finished != 2 || r.Written != 3 || !r.Complete {
+		t.Fatalf("sweep: %+v, want 5 due, 3 expired with 3 writes, 2 finished skipped", r)
 	}
 	for _, tot := range env.Metrics.Totals() {
 		if tot.Dimensions["Function"] != "sweeper" {
@@ -66,10 +75,17 @@ func TestSweep(t *testing.T) {
 			t.Errorf("sweeper metric %+v (want 3 expired, lag 1000 ms)", tot)
 		}
 	}
-	ops := env.Counter.Take()
-	if ops["Query"] != store.DefaultExpiryShards || ops["UpdateItem"] != 3 || len(ops) != 2 {
-		t.Errorf("requests %v, want %d Query (one per shard) and 3 UpdateItem", ops, store.DefaultExpiryShards)
+	ops, units := env.Counter.Take(), env.Capacity.Take()
+	// 1 watermark read, 1 Query per shard, ≤ 1 BatchGetItem per shard with
+	// entries (5 entries), 3 Expire writes and 1 watermark write.
+	if ops["GetItem"] != 1 || ops["Query"] != store.DefaultExpiryShards || ops["BatchGetItem"] < 1 || ops["BatchGetItem"] > 5 ||
+		ops["UpdateItem"] != 4 || len(ops) != 4 {
+		t.Errorf("requests %v, want 1 GetItem, %d Query, 1-5 BatchGetItem, 4 UpdateItem", ops, store.DefaultExpiryShards)
 	}
+	if units["UpdateItem"].Index != 0 || units["UpdateItem"].Table != 4 {
+		t.Errorf("write units %+v, want 4 on the table and none on the index", units["UpdateItem"])
+	}
+	t.Logf("sweep: requests %v, units %v", ops, units)
 	for id, want := range map[string]string{"due": "expired", "due-locked": "expired", "due-pin": "expired", "consumed": "consumed", "canceled": "expired", "not-due": "active"} {
 		g := testkit.Do(t, nil, "GET", env.URL+"/actions/"+id, "")
 		expiredAt := g.Str("expiredAt")
@@ -90,10 +106,23 @@ func TestSweep(t *testing.T) {
 	}
 	env.Shift(0)
 
-	if r := sweepAt(t, env, at.Add(time.Minute)); r.Due != 0 || r.Expired != 0 {
-		t.Errorf("second sweep: %+v, want nothing", r)
+	// The next sweep reads again what fell due within DefaultSettle of the
+	// last one's clock (here all 5), finds it finished and writes nothing
+	// but the watermark; the one after reads nothing and writes nothing.
+	env.Counter.Take()
+	if r := sweepAt(t, env, at.Add(time.Minute)); r.Due != 5 || r.Expired != 0 || r.Written != 0 {
+		t.Errorf("second sweep: %+v, want 5 read again, no write", r)
 	}
-	if r := sweepAt(t, env, later); r.Expired != 1 {
+	if ops := env.Counter.Take(); ops["UpdateItem"] != 1 {
+		t.Errorf("second sweep requests %v, want only the watermark's UpdateItem", ops)
+	}
+	if r := sweepAt(t, env, at.Add(2*time.Minute)); r.Due != 0 {
+		t.Errorf("third sweep: %+v, want nothing", r)
+	}
+	if ops := env.Counter.Take(); ops["UpdateItem"] != 0 || ops["BatchGetItem"] != 0 {
+		t.Errorf("idle sweep requests %v, want only reads of the watermark and the index", ops)
+	}
+	if r := sweepAt(t, env, later); r.Expired != 1 || r.Due != 1 {
 		t.Errorf("sweep at the later expiry: %+v", r)
 	}
 }
@@ -223,11 +252,20 @@ func TestTenThousandInOneMinute(t *testing.T) {
 	if r.Expired != n || r.Due != n || !r.Complete {
 		t.Fatalf("sweep: %+v, want all %d expired within the budget", r, n)
 	}
-	if ops["UpdateItem"] != n {
-		t.Errorf("%d UpdateItem for %d actions", ops["UpdateItem"], n)
+	if ops["UpdateItem"] != n+1 {
+		t.Errorf("%d UpdateItem for %d actions, want one each and the watermark's", ops["UpdateItem"], n)
 	}
-	if again := sweepAt(t, env, minute.Add(2*time.Minute)); again.Due != 0 {
-		t.Errorf("second sweep found %d", again.Due)
+	if r.DurationMs > time.Minute.Milliseconds() {
+		t.Errorf("the sweep took %d ms: not within the minute", r.DurationMs)
+	}
+	// Only what fell due within the settle time of the first sweep's clock
+	// (5 s of the 60: ~833) is read again, and nothing is written for it.
+	again := sweepAt(t, env, minute.Add(2*time.Minute))
+	if again.Expired != 0 || again.Written != 0 || again.Due > n*int(sweep.DefaultSettle/time.Second)/60+1 {
+		t.Errorf("second sweep: %+v", again)
+	}
+	if third := sweepAt(t, env, minute.Add(3*time.Minute)); third.Due != 0 {
+		t.Errorf("third sweep found %d", third.Due)
 	}
 }
 
@@ -254,4 +292,133 @@ func TestExpiredEventLocally(t *testing.T) {
 		t.Errorf("detail %v", d)
 	}
 	t.Logf("action.expired at /_local/events %s after expiresAt", lag.Round(time.Millisecond))
+}
+
+// createMany makes n actions i = 0..n-1 named prefix+i through the store,
+// expiring at expiresAt(i).
+func createMany(t *testing.T, st *store.Store, prefix string, n int, expiresAt func(i int) time.Time) {
+	t.Helper()
+	var wg sync.WaitGroup
+	ids := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range ids {
+				now := action.Millis(time.Now())
+				_, err := st.Create(context.Background(), &action.Action{
+					ID: fmt.Sprintf("%s%05d", prefix, i), UserID: "u", CreatedAt: now, ActiveAt: now, ExpiresAt: action.Millis(expiresAt(i)),
+				}, nil)
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		ids <- i
+	}
+	close(ids)
+	wg.Wait()
+}
+
+// TestOldTableItemsExpire: a table written by the previous release, where
+// the writes that finished an action also removed expShard (finished items
+// are not in the index, open ones are) and the sweeper kept no watermark.
+// Its open actions expire; its finished ones are not even read.
+func TestOldTableItemsExpire(t *testing.T) {
+	env := testkit.NewEnv(t)
+	ctx := context.Background()
+	st := env.Sweeper.Store
+	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	expiresAt := action.Millis(time.Now().Add(time.Hour))
+	createMany(t, st, "old", 6, func(int) time.Time { return expiresAt })
+	// What the previous release's consume, cancel and sweep wrote.
+	for id, ue := range map[string]string{
+		"old00000": "SET consumedAt = :t REMOVE expShard",
+		"old00001": "SET canceledAt = :t REMOVE expShard",
+		"old00002": "SET expiredAt = :t REMOVE expShard",
+	} {
+		_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(env.Table), Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}},
+			UpdateExpression:          aws.String(ue),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: store.FormatTime(expiresAt.Add(-time.Minute))}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.Counter.Take()
+	r := sweepAt(t, env, expiresAt.Add(time.Second))
+	if r.Due != 3 || r.Expired != 3 || r.Finished != 0 || !r.Complete {
+		t.Fatalf("sweep: %+v, want the 3 open actions listed and expired", r)
+	}
+	for i, want := range []string{"consumed", "expired", "expired", "expired", "expired", "expired"} {
+		a, err := st.Get(ctx, "", fmt.Sprintf("old%05d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.StateAt(expiresAt.Add(time.Minute)); got != action.State(want) || (i >= 3) != a.ExpiredAt.Equal(expiresAt.Add(time.Second)) {
+			t.Errorf("old%05d: %s expiredAt %v", i, got, a.ExpiredAt)
+		}
+	}
+}
+
+// TestOverlappingSweeps: three sweeps at once over 1,000 due actions
+// expire each exactly once; the watermarks end where one sweep would have
+// left them, and a late sweep with an older clock does not lower them.
+func TestOverlappingSweeps(t *testing.T) {
+	env := testkit.NewEnv(t)
+	ctx := context.Background()
+	st := env.Sweeper.Store
+	const n = 1000
+	base := action.Millis(time.Now().Add(time.Hour))
+	createMany(t, st, "o", n, func(i int) time.Time { return base.Add(time.Duration(i) * 50 * time.Millisecond) })
+	cutoff := base.Add(time.Minute)
+
+	results := make([]sweep.Result, 3)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			s := &sweep.Sweeper{Store: st, Now: func() time.Time { return cutoff }}
+			r, err := s.Run(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	expired := 0
+	for _, r := range results {
+		expired += r.Expired
+	}
+	if expired != n {
+		t.Errorf("sweeps %+v expired %d in all, want %d", results, expired, n)
+	}
+	for i := range n {
+		a, err := st.Get(ctx, "", fmt.Sprintf("o%05d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.ExpiredAt.IsZero() || !a.ConsumedAt.IsZero() {
+			t.Fatalf("o%05d: expiredAt %v consumedAt %v", i, a.ExpiredAt, a.ConsumedAt)
+		}
+	}
+	marks, err := st.Watermarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cutoff.Add(-sweep.DefaultSettle).UnixMilli()
+	for shard, m := range marks {
+		if m != want {
+			t.Errorf("shard %d watermark %d, want %d", shard, m, want)
+		}
+	}
+	late := &sweep.Sweeper{Store: st, Now: func() time.Time { return cutoff.Add(-30 * time.Second) }}
+	if r, err := late.Run(ctx); err != nil || r.Due != 0 {
+		t.Errorf("late sweep: %+v %v, want nothing listed", r, err)
+	}
+	if after, _ := st.Watermarks(ctx); !maps.Equal(after, marks) {
+		t.Errorf("watermarks moved from %v to %v", marks, after)
+	}
+	t.Logf("three overlapping sweeps: %+v", results)
 }

@@ -104,7 +104,7 @@ func (m *Metrics) Emit(dims []Dim, values ...Value) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.out.Write(append(line, '\n'))
+	_, _ = m.out.Write(append(line, '\n')) // best effort: a request never fails for its metrics
 	for _, v := range values {
 		id := v.Name + "|" + joinDims(dims)
 		t := m.totals[id]
