@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -247,5 +248,30 @@ func TestSupersede(t *testing.T) {
 		if open != 1 {
 			t.Fatalf("round %d: %d of 8 concurrent superseding creates stayed open, want exactly 1", round, open)
 		}
+	}
+}
+
+// TestSupersedeEvents: each cancellation a supersede or a cancel-all makes
+// is the usual action.canceled, with its reason.
+func TestSupersedeEvents(t *testing.T) {
+	env := testkit.NewEnv(t, testkit.WithEvents)
+	create(t, env, `{"actionId":"e1","userId":"ev","kind":"login"}`)
+	create(t, env, `{"actionId":"e2","userId":"ev","kind":"login","supersede":true}`)
+	create(t, env, `{"actionId":"e3","userId":"ev","kind":"coupon"}`)
+	do(t, env, "POST", "/users/ev/actions/cancel", `{"reason":"password changed"}`)
+	want := map[string]string{"e1": "superseded", "e2": "password changed", "e3": "password changed"}
+	got := map[string]string{}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		for _, e := range env.Bus.Events() {
+			var d struct{ ActionID, Reason string }
+			if e.DetailType == "action.canceled" && json.Unmarshal(e.Detail, &d) == nil {
+				got[d.ActionID] = d.Reason
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("action.canceled events: %v, want %v", got, want)
 	}
 }
