@@ -123,8 +123,9 @@ func (p *Proxy) pick(r *http.Request) fault {
 		return none
 	}
 	x := p.rnd.Float64()
+	rt := p.Rates
 	p.mu.Unlock()
-	switch rt := p.Rates; {
+	switch {
 	case x < rt.Throttle:
 		return throttle
 	case x < rt.Throttle+rt.ServerError:
@@ -208,6 +209,13 @@ func awsError(w http.ResponseWriter, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintf(w, `{"__type":%q,"message":%q}`, typ, msg)
+}
+
+// SetRates changes the fault rates of a running proxy.
+func (p *Proxy) SetRates(r Rates) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Rates = r
 }
 
 // PassThenDrop plans the next matching requests, whatever the rates: pass

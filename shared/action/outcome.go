@@ -3,6 +3,7 @@ package action
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -67,19 +68,61 @@ type Replay struct{ Action *Action }
 
 func (r *Replay) Error() string { return "action: idempotent replay" }
 
+// UnknownKeyError means a record names a key set (of its PIN hash, sealed
+// payload or a stored fingerprint) that the keys at hand do not hold: an
+// item written by a function that was rotated first, or a secret retired
+// too early. Nothing may be judged or written against it; the caller
+// reloads the secret and tries again, or answers 503.
+type UnknownKeyError struct{ KeyID string }
+
+func (e *UnknownKeyError) Error() string { return "action: record is under unknown key set " + e.KeyID }
+
+// FingerprintKeyID is the key set a stored fingerprint ("kid:hex") was
+// taken under ("" for one written before fingerprints were keyed).
+func FingerprintKeyID(fp string) string {
+	if i := strings.IndexByte(fp, ':'); i > 0 {
+		return fp[:i]
+	}
+	return ""
+}
+
+// comparable reports an error when the stored fingerprint is under a key
+// set none of the request's fingerprints is: the two cannot be compared.
+func comparable(stored string, fps []string) error {
+	kid := FingerprintKeyID(stored)
+	if kid == "" || len(fps) == 0 {
+		return nil
+	}
+	for _, f := range fps {
+		if FingerprintKeyID(f) == kid {
+			return nil
+		}
+	}
+	return &UnknownKeyError{KeyID: kid}
+}
+
 // idempotency compares a retried request with the write that performed an
 // operation. It reports whether this request is that call (replay), whether
 // it reuses the call's key with another body (reused), or neither. A request
-// id alone proves nothing: it replays only with the same body.
-func idempotency(w Write, at Attempt) (replay, reused bool) {
+// id alone proves nothing: it replays only with the same body. A stored
+// fingerprint under a key set the request cannot fingerprint with is an
+// *UnknownKeyError, never a reuse.
+func idempotency(w Write, at Attempt) (replay, reused bool, err error) {
 	same := w.Fingerprint != "" && slices.Contains(at.Fingerprints, w.Fingerprint)
-	if at.RequestID != "" && w.RequestID == at.RequestID && same {
-		return true, false // our own attempt committed; the SDK retried it
+	sameReq := at.RequestID != "" && w.RequestID == at.RequestID
+	sameKey := at.Key != "" && w.Key == at.Key
+	if !same && (sameReq || sameKey) {
+		if err := comparable(w.Fingerprint, at.Fingerprints); err != nil {
+			return false, false, err
+		}
 	}
-	if at.Key == "" || w.Key != at.Key {
-		return false, false
+	if sameReq && same {
+		return true, false, nil // our own attempt committed; the SDK retried it
 	}
-	return same, !same
+	if !sameKey {
+		return false, false, nil
+	}
+	return same, !same, nil
 }
 
 // Attempt describes one request to change an action, as classification needs it.
@@ -105,7 +148,9 @@ func ClassifyConsume(old *Action, at Attempt) error {
 		return Reject(CodeNotFound, nil)
 	}
 	if !old.ConsumedAt.IsZero() {
-		switch replay, reused := idempotency(old.Consume, at); {
+		switch replay, reused, err := idempotency(old.Consume, at); {
+		case err != nil:
+			return err
 		case replay && old.Locked():
 			return Reject(CodeLocked, old)
 		case replay:
@@ -147,7 +192,10 @@ func ClassifyCancel(old *Action, at Attempt) error {
 		return Reject(CodeAlreadyUsed, old)
 	}
 	if !old.CanceledAt.IsZero() {
-		if _, reused := idempotency(old.Cancel, at); reused {
+		switch _, reused, err := idempotency(old.Cancel, at); {
+		case err != nil:
+			return err
+		case reused:
 			return Reject(CodeKeyReused, old)
 		}
 		return &Replay{Action: old}
@@ -167,7 +215,9 @@ func ClassifyCreate(old *Action, at Attempt) error {
 	if old == nil {
 		return Reject(CodeInternal, nil)
 	}
-	switch replay, reused := idempotency(old.Create, at); {
+	switch replay, reused, err := idempotency(old.Create, at); {
+	case err != nil:
+		return err
 	case replay && old.Locked():
 		return Reject(CodeLocked, old)
 	case replay:

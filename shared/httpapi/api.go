@@ -126,13 +126,17 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 }
 
 // createID is the id of a new action: the caller's, else derived from the
-// Idempotency-Key (a retry lands on the same item), else random.
+// Idempotency-Key (a retry lands on the same item), else random. A derived
+// id is bound to the tenant too (the default tenant's as it always was), so
+// one tenant cannot work out another's id from a guessable key.
 func (a *API) createID(c *call, r *request, chosen string) string {
 	switch {
 	case chosen != "":
 		return chosen
-	case r.rawKey != "":
+	case r.rawKey != "" && c.tenant == tenant.Default:
 		return action.IDFromDigest(c.keys.IdentDigest(r.rawKey))
+	case r.rawKey != "":
+		return action.IDFromDigest(c.keys.IdentDigest(c.tenant + "\x00" + r.rawKey)) // keys are printable: no \x00
 	}
 	return action.NewID()
 }
@@ -190,20 +194,6 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 			return fail(err)
 		}
 		act, err := a.consume(ctx, c, id, &req, r)
-		var unknown *store.UnknownKeyError
-		if errors.As(err, &unknown) {
-			// Written by a function that has a newer secret: learn it (at most
-			// once per request) and try again; nothing was written.
-			keys, ok := a.keys.Learn(ctx, unknown.KeyID)
-			if !ok {
-				return fail(fmt.Errorf("%w: the server secret does not hold key set %s", errSecretBehind, unknown.KeyID))
-			}
-			c.keys = keys
-			if r, err = readRequest(&ev, c.keys, true, MaxBodyBytes, &req); err != nil {
-				return fail(err)
-			}
-			act, err = a.consume(ctx, c, id, &req, r)
-		}
 		var headers map[string]string
 		var replay *action.Replay
 		switch {
@@ -216,7 +206,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		}
 		v := view(act, act.ConsumedAt)
 		if act.Payload != nil {
-			plain, err := a.open(ctx, c, act)
+			plain, err := open(c.keys, act)
 			if err != nil {
 				return fail(err)
 			}
@@ -240,17 +230,13 @@ func (a *API) consume(ctx context.Context, c *call, id string, req *action.Consu
 	return a.store.Consume(ctx, id, cons)
 }
 
-// open decrypts a consumed action's payload, learning a newer secret first
-// when the payload is sealed under a key set this function does not know.
-func (a *API) open(ctx context.Context, c *call, act *action.Action) ([]byte, error) {
-	if id := crypto.SealedKeyID(act.Payload); !c.keys.Knows(id) {
-		keys, ok := a.keys.Learn(ctx, id)
-		if !ok {
-			return nil, fmt.Errorf("%w: the server secret does not hold key set %s", errSecretBehind, id)
-		}
-		c.keys = keys
+// open decrypts a consumed action's payload; one sealed under a key set
+// these keys do not hold is an *action.UnknownKeyError (serve learns it).
+func open(keys *crypto.Keys, act *action.Action) ([]byte, error) {
+	if id := crypto.SealedKeyID(act.Payload); !keys.Knows(id) {
+		return nil, &action.UnknownKeyError{KeyID: id}
 	}
-	return c.keys.Open(tenant.ItemKey(act.Tenant, act.ID), act.Payload)
+	return keys.Open(tenant.ItemKey(act.Tenant, act.ID), act.Payload)
 }
 
 // Cancel handles POST /actions/{actionId}/cancel. Canceling again answers
@@ -333,6 +319,21 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	}
 	if f := (*failure)(nil); errors.As(err, &f) {
 		err = f.err
+	}
+	if unknown := (*action.UnknownKeyError)(nil); errors.As(err, &unknown) && a.keys != nil {
+		// A record under a key set these keys lack (a function rotated
+		// first): nothing was judged or written. Learn the secret (bounded by
+		// the provider) and run the request once more; else 503.
+		if keys, ok := a.keys.Learn(ctx, unknown.KeyID); ok {
+			c.keys = keys
+			resp, err = body(ctx, c)
+			if f := (*failure)(nil); errors.As(err, &f) {
+				err = f.err
+			}
+		}
+		if errors.As(err, &unknown) {
+			err = fmt.Errorf("%w: the server secret does not hold key set %s", errSecretBehind, unknown.KeyID)
+		}
 	}
 	if err != nil {
 		resp = a.render(ctx, err, c)

@@ -1,7 +1,8 @@
 package httpapi_test
 
-// Review reproductions: each test here FAILS on the code as reviewed and
-// states the promise (README) it holds the code to.
+// Reproductions from an adversarial review: each test failed on the code as
+// reviewed (the comment says how) and states the promise (README) it holds
+// the code to; each passes since its fix.
 
 import (
 	"strings"
@@ -113,9 +114,9 @@ func TestReviewRetiredKeyKeyedRetryOfRightPIN(t *testing.T) {
 	// and whose consume write fails (DynamoDB 500s, not applied): 503.
 	reserveOnly := func(env *testkit.Env, id, key string) {
 		p.PassThenDrop(1, 0)
-		p.Rates = faults.Rates{ServerError: 1}
+		p.SetRates(faults.Rates{ServerError: 1})
 		r := do(t, env, "POST", "/actions/"+id+"/consume", `{"pin":"2468"}`, "Idempotency-Key", key)
-		p.Rates = faults.Rates{}
+		p.SetRates(faults.Rates{})
 		if r.Status != 503 {
 			t.Fatalf("%s: want the consume write to fail: %d %s", id, r.Status, r.Raw)
 		}

@@ -102,8 +102,13 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		if err := action.ValidateCancel(&action.CancelRequest{Reason: req.Reason}); err != nil {
 			return fail(err)
 		}
+		// The call is its route, its user and its body: a cancel of one action
+		// with the same key and body is another call (its fingerprint differs).
+		call := append([]byte(RouteUserCancel+"\x00"+userID+"\x00"), r.canon...)
+		w := r.write(c.requestID)
+		w.Fingerprint = c.keys.Fingerprint(call)
 		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
-			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: a.Now()})
+			Write: w, Fingerprints: c.keys.Fingerprints(call), Now: a.Now()})
 		if err != nil {
 			return fail(err)
 		}

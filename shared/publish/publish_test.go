@@ -22,8 +22,8 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/telemetry"
 	"github.com/exactonce/exactonce/shared/store"
+	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
 type img = map[string]lambdaevents.DynamoDBAttributeValue

@@ -175,13 +175,6 @@ func (st *Store) Get(ctx context.Context, tenantName, id string) (*action.Action
 	return Decode(out.Item)
 }
 
-// UnknownKeyError means the action's PIN or payload is under a key set this
-// server does not know (another function was rotated first): nothing was
-// written, and the caller reloads the secret and tries again.
-type UnknownKeyError struct{ KeyID string }
-
-func (e *UnknownKeyError) Error() string { return "store: action is under unknown key set " + e.KeyID }
-
 // Consume is a request to consume an action.
 type Consume struct {
 	Tenant string // whose action: the id is looked up in its key space
@@ -192,7 +185,7 @@ type Consume struct {
 	Write        action.Write
 	Fingerprints []string // the request's under every known key set
 	// KeyIDs are the key sets this server knows: an action under another
-	// is refused before anything is written (see UnknownKeyError).
+	// is refused before anything is written (see action.UnknownKeyError).
 	KeyIDs []string
 	Now    time.Time
 }
@@ -230,6 +223,13 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 		return st.judgeGuess(ctx, id, c, at, reserved, reserved.PINTries[token])
 	}
 	if try, ok := old.PINTries[token]; ok { // this request's own guess, retried
+		// Nothing is judged against a record this server cannot verify.
+		if old.KeyID != "" && !slices.Contains(c.KeyIDs, old.KeyID) {
+			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
+		}
+		if kid := action.FingerprintKeyID(try.Fingerprint); kid != "" && !slices.ContainsFunc(c.Fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
+			return nil, &action.UnknownKeyError{KeyID: kid}
+		}
 		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
 			// The key's first request held a PIN too: comparing with it is a guess.
 			return nil, st.spendIfGuess(ctx, id, now, action.Reject(action.CodeKeyReused, old))
@@ -240,7 +240,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal {
 		switch {
 		case !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "":
-			return nil, &UnknownKeyError{KeyID: old.KeyID}
+			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 		case !old.PINProtected(): // a PIN for an action that has none: a plain consume
 			return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
 		}
@@ -285,7 +285,7 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 	}
 	why := action.ClassifyConsume(old, at)
 	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "" {
-		return nil, &UnknownKeyError{KeyID: old.KeyID}
+		return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 	}
 	return nil, st.spendIfGuess(ctx, id, at.Now, why)
 }

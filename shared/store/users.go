@@ -244,11 +244,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // CancelAll is a request to cancel every open action of a user.
 type CancelAll struct {
 	Tenant, UserID string
-	Kind           string // "" for every kind
-	Reason         string
-	Write          action.Write
-	Fingerprints   []string
-	Now            time.Time
+	Kind           string // "" for every kind, unless ExactKind
+	ExactKind      bool   // Kind "" means the actions without a kind
+
+	Reason       string
+	Write        action.Write
+	Fingerprints []string
+	Now          time.Time
 	// Except, when set, spares this action and everything created after it
 	// (a superseding create cancels only what came before it).
 	Except *action.Action
@@ -268,7 +270,9 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 	if c.Except != nil {
 		notAfter = &position{CreatedAtMs: c.Except.CreatedAt.UnixMilli()}
 	}
-	var canceled []string
+	// Read everything first: a keyed call is judged against what its key
+	// already did before anything is written.
+	var all []*action.Action
 	var start *position
 	for {
 		refs, next, err := st.userRefs(ctx, c.Tenant, c.UserID, start, notAfter, MaxListLimit)
@@ -279,24 +283,40 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 		if err != nil {
 			return nil, err
 		}
-		var todo []*action.Action
-		for _, a := range items {
-			switch {
-			case a == nil, c.Kind != "" && a.Kind != c.Kind, c.Except != nil && !before(a, c.Except):
-			case !a.Finished() && c.Now.Before(a.ExpiresAt):
-				todo = append(todo, a)
-			case !a.CanceledAt.IsZero() && action.IsReplayOf(a.Cancel, c.Write.Key, c.Fingerprints):
-				canceled = append(canceled, a.ID) // this call's own cancel, retried
-			}
-		}
-		ids, err := st.cancelEach(ctx, todo, c)
-		canceled = append(canceled, ids...)
-		if err != nil || next == nil {
-			slices.Sort(canceled) // the same answer however a retry found them
-			return canceled, err
+		all = append(all, items...)
+		if next == nil {
+			break
 		}
 		start = next
 	}
+	var canceled []string
+	var todo []*action.Action
+	at := action.Attempt{Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID}
+	for _, a := range all {
+		if a == nil {
+			continue
+		}
+		if !a.CanceledAt.IsZero() && c.Write.Key != "" && a.Cancel.Key == c.Write.Key {
+			// Canceled under this call's key: by this call (a retry: answer
+			// it again), or by another body under the same key (422).
+			why := action.ClassifyCancel(a, at)
+			if _, ok := why.(*action.Replay); !ok {
+				return nil, why
+			}
+			canceled = append(canceled, a.ID)
+			continue
+		}
+		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !before(a, c.Except) {
+			continue
+		}
+		if !a.Finished() && c.Now.Before(a.ExpiresAt) {
+			todo = append(todo, a)
+		}
+	}
+	ids, err := st.cancelEach(ctx, todo, c)
+	canceled = append(canceled, ids...)
+	slices.Sort(canceled) // the same answer however a retry found them
+	return canceled, err
 }
 
 // before reports whether a was created before b (ties broken by id), so of
@@ -396,7 +416,7 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, w action.Write
 			return canceled, err
 		}
 	}
-	more, err := st.CancelUser(ctx, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, Reason: ReasonSuperseded,
+	more, err := st.CancelUser(ctx, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, ExactKind: true, Reason: ReasonSuperseded,
 		Write: action.Write{RequestID: w.RequestID}, Now: now, Except: a})
 	for _, id := range more {
 		if !slices.Contains(canceled, id) {
