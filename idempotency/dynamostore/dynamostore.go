@@ -16,13 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
@@ -253,7 +254,7 @@ func (t *Table) write(ctx context.Context, name, expr, cond string, values map[s
 			vals[ph] = values[ph]
 		}
 	}
-	out, err := t.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	return dynamoitem.Update(ctx, t.DB, &dynamodb.UpdateItemInput{
 		TableName:                           &t.Name,
 		Key:                                 t.key(name),
 		UpdateExpression:                    &expr,
@@ -263,14 +264,6 @@ func (t *Table) write(ctx context.Context, name, expr, cond string, values map[s
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &ccf):
-		return nil, ccf.Item, true, nil
-	case err != nil:
-		return nil, nil, false, err
-	}
-	return out.Attributes, nil, false, nil
 }
 
 func (t *Table) key(name string) map[string]types.AttributeValue {
@@ -296,35 +289,35 @@ func (t *Table) decode(item map[string]types.AttributeValue) (*idemkey.Key, erro
 	if item == nil {
 		return nil, nil
 	}
-	d := decoder{item: item}
-	pk := d.str(t.partitionKey())
+	d := dynamoitem.Decoder{Item: item}
+	pk := d.Str(t.partitionKey())
 	k := &idemkey.Key{
 		Name:           strings.TrimPrefix(pk, t.Prefix),
-		Fingerprint:    d.str(attrFP),
-		Token:          d.str(attrToken),
-		LeaseExpiresAt: time.UnixMilli(d.num(attrLeaseMs)).UTC(),
-		CreatedAt:      d.time(attrCreatedAt),
-		ClaimedAt:      d.time(attrClaimedAt),
-		CompletedAt:    d.time(attrDoneAt),
-		ReleasedAt:     d.time(attrReleased),
-		Attempts:       int(d.num(attrAttempts)),
-		Failures:       int(d.num(attrFailures)),
-		LastError:      d.str(attrLastError),
-		ReleasedToken:  d.str(attrRelToken),
-		Claim:          action.Write{Key: d.str(attrClaimKey), Fingerprint: d.str(attrClaimFP), RequestID: d.str(attrClaimReq)},
-		ExpiresAt:      time.Unix(d.num(attrTTL), 0).UTC(),
+		Fingerprint:    d.Str(attrFP),
+		Token:          d.Str(attrToken),
+		LeaseExpiresAt: time.UnixMilli(d.Num(attrLeaseMs)).UTC(),
+		CreatedAt:      d.Time(attrCreatedAt),
+		ClaimedAt:      d.Time(attrClaimedAt),
+		CompletedAt:    d.Time(attrDoneAt),
+		ReleasedAt:     d.Time(attrReleased),
+		Attempts:       int(d.Num(attrAttempts)),
+		Failures:       int(d.Num(attrFailures)),
+		LastError:      d.Str(attrLastError),
+		ReleasedToken:  d.Str(attrRelToken),
+		Claim:          action.Write{Key: d.Str(attrClaimKey), Fingerprint: d.Str(attrClaimFP), RequestID: d.Str(attrClaimReq)},
+		ExpiresAt:      time.Unix(d.Num(attrTTL), 0).UTC(),
 	}
-	if r := d.str(attrResponse); r != "" {
+	if r := d.Str(attrResponse); r != "" {
 		k.Response = []byte(r)
 	}
 	if k.Token == "" {
 		k.LeaseExpiresAt = time.Time{}
 	}
 	if !strings.HasPrefix(pk, t.Prefix) {
-		d.fail(t.partitionKey())
+		d.Fail(t.partitionKey())
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return k, nil
 }
@@ -336,56 +329,7 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 // FormatTime renders t the way key items store it.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func n(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
-
-type decoder struct {
-	item map[string]types.AttributeValue
-	err  error
-}
-
-func (d *decoder) fail(name string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("dynamostore: malformed attribute %q", name)
-	}
-}
-
-func (d *decoder) str(name string) string {
-	switch v := d.item[name].(type) {
-	case nil:
-		return ""
-	case *types.AttributeValueMemberS:
-		return v.Value
-	}
-	d.fail(name)
-	return ""
-}
-
-func (d *decoder) num(name string) int64 {
-	switch v := d.item[name].(type) {
-	case nil:
-		return 0
-	case *types.AttributeValueMemberN:
-		i, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil {
-			d.fail(name)
-		}
-		return i
-	}
-	d.fail(name)
-	return 0
-}
-
-func (d *decoder) time(name string) time.Time {
-	v := d.str(name)
-	if v == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		d.fail(name)
-	}
-	return t.UTC()
-}
+var (
+	s = dynamoitem.S
+	n = dynamoitem.N
+)

@@ -87,8 +87,8 @@ type Env struct {
 	Counter *Counter
 	// Capacity sums the units DynamoDB reports for the server's requests.
 	Capacity *Capacity
-	Log     *SyncBuffer
-	offset  atomic.Int64
+	Log      *SyncBuffer
+	offset   atomic.Int64
 }
 
 // WithEvents runs the stream publisher and the local bus in the Env.

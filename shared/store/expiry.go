@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 )
 
@@ -161,10 +162,10 @@ func (st *Store) Finished(ctx context.Context, due []DueAction) (map[string]bool
 				return nil, classifyErr(err)
 			}
 			for _, it := range out.Responses[st.table] {
-				d := decoder{item: it}
-				id, exp := d.str(attrID), d.num(attrExpiresAtMs)
-				finished := d.str(attrConsumedAt) != "" || d.str(attrCanceledAt) != "" || d.str(attrExpiredAt) != ""
-				if d.err == nil && finished && exp == want[id] {
+				d := dynamoitem.Decoder{Item: it}
+				id, exp := d.Str(attrID), d.Num(attrExpiresAtMs)
+				finished := d.Str(attrConsumedAt) != "" || d.Str(attrCanceledAt) != "" || d.Str(attrExpiredAt) != ""
+				if d.Err == nil && finished && exp == want[id] {
 					done[id] = true
 				}
 			}
@@ -194,11 +195,11 @@ func (st *Store) Watermarks(ctx context.Context) (map[int]int64, error) {
 		return nil, classifyErr(err)
 	}
 	marks := map[int]int64{}
-	d := decoder{item: out.Item}
+	d := dynamoitem.Decoder{Item: out.Item}
 	for shard := range st.shards {
-		marks[shard] = d.num(watermarkAttr(shard))
+		marks[shard] = d.Num(watermarkAttr(shard))
 	}
-	return marks, d.err
+	return marks, d.Err
 }
 
 // AdvanceWatermarks raises the given shards' watermarks with one

@@ -1,13 +1,12 @@
 package store
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
@@ -55,46 +54,47 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 // FormatTime renders t the way the item and the API show it.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func n(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
-func b(v []byte) types.AttributeValue     { return &types.AttributeValueMemberB{Value: v} }
+var (
+	s = dynamoitem.S
+	n = dynamoitem.N
+	b = dynamoitem.B
+)
+
 func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
 
 // Decode decodes an action item (from a read, a write's return values or a
 // stream image). A malformed item is an error, never a half-filled action.
 func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
-	d := decoder{item: item}
-	tn, id := tenant.SplitItemKey(d.str(attrID))
+	d := dynamoitem.Decoder{Item: item}
+	tn, id := tenant.SplitItemKey(d.Str(attrID))
 	a := &action.Action{
 		Tenant:         tn,
 		ID:             id,
-		UserID:         d.str(attrUserID),
-		Kind:           d.str(attrKind),
-		ActiveAt:       time.UnixMilli(d.num(attrActiveAtMs)).UTC(),
-		ExpiresAt:      time.UnixMilli(d.num(attrExpiresAtMs)).UTC(),
-		CreatedAt:      d.time(attrCreatedAt),
-		ConsumedAt:     d.time(attrConsumedAt),
-		ConsumedReason: d.str(attrConsumedReason),
-		CanceledAt:     d.time(attrCanceledAt),
-		CancelReason:   d.str(attrCancelReason),
-		ExpiredAt:      d.time(attrExpiredAt),
-		PINHash:        d.bin(attrPINHash),
-		PINFailures:    int(d.num(attrPINFailures)),
-		MaxPINAttempts: int(d.num(attrMaxPINAttempts)),
-		Payload:        d.bin(attrPayload),
-		KeyID:          d.str(attrKeyID),
-		Create:         action.Write{Key: d.str(attrCreateKey), Fingerprint: d.str(attrCreateFP), RequestID: d.str(attrCreateReq)},
-		Consume:        action.Write{Key: d.str(attrConsumeKey), Fingerprint: d.str(attrConsumeFP), RequestID: d.str(attrConsumeReq)},
-		Cancel:         action.Write{Key: d.str(attrCancelKey), Fingerprint: d.str(attrCancelFP), RequestID: d.str(attrCancelReq)},
+		UserID:         d.Str(attrUserID),
+		Kind:           d.Str(attrKind),
+		ActiveAt:       time.UnixMilli(d.Num(attrActiveAtMs)).UTC(),
+		ExpiresAt:      time.UnixMilli(d.Num(attrExpiresAtMs)).UTC(),
+		CreatedAt:      d.Time(attrCreatedAt),
+		ConsumedAt:     d.Time(attrConsumedAt),
+		ConsumedReason: d.Str(attrConsumedReason),
+		CanceledAt:     d.Time(attrCanceledAt),
+		CancelReason:   d.Str(attrCancelReason),
+		ExpiredAt:      d.Time(attrExpiredAt),
+		PINHash:        d.Bin(attrPINHash),
+		PINFailures:    int(d.Num(attrPINFailures)),
+		MaxPINAttempts: int(d.Num(attrMaxPINAttempts)),
+		Payload:        d.Bin(attrPayload),
+		KeyID:          d.Str(attrKeyID),
+		Create:         action.Write{Key: d.Str(attrCreateKey), Fingerprint: d.Str(attrCreateFP), RequestID: d.Str(attrCreateReq)},
+		Consume:        action.Write{Key: d.Str(attrConsumeKey), Fingerprint: d.Str(attrConsumeFP), RequestID: d.Str(attrConsumeReq)},
+		Cancel:         action.Write{Key: d.Str(attrCancelKey), Fingerprint: d.Str(attrCancelFP), RequestID: d.Str(attrCancelReq)},
 	}
 	if m, ok := item[attrMetadata].(*types.AttributeValueMemberM); ok {
 		a.Metadata = make(map[string]string, len(m.Value))
 		for k, v := range m.Value {
 			sv, ok := v.(*types.AttributeValueMemberS)
 			if !ok {
-				d.fail(attrMetadata + "." + k)
+				d.Fail(attrMetadata + "." + k)
 				continue
 			}
 			a.Metadata[k] = sv.Value
@@ -113,74 +113,14 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 			if a.PINTries == nil {
 				a.PINTries = map[string]action.PINTry{}
 			}
-			a.PINTries[token] = action.PINTry{N: int(d.num(name)), Fingerprint: d.str(attrPINTryFP + token)}
+			a.PINTries[token] = action.PINTry{N: int(d.Num(name)), Fingerprint: d.Str(attrPINTryFP + token)}
 		}
 	}
 	if a.ID == "" || a.UserID == "" {
-		d.fail(attrID + "/" + attrUserID)
+		d.Fail(attrID + "/" + attrUserID)
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	return a, nil
-}
-
-type decoder struct {
-	item map[string]types.AttributeValue
-	err  error
-}
-
-func (d *decoder) fail(name string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("store: malformed attribute %q", name)
-	}
-}
-
-func (d *decoder) str(name string) string {
-	switch v := d.item[name].(type) {
-	case nil:
-		return ""
-	case *types.AttributeValueMemberS:
-		return v.Value
-	}
-	d.fail(name)
-	return ""
-}
-
-func (d *decoder) num(name string) int64 {
-	switch v := d.item[name].(type) {
-	case nil:
-		return 0
-	case *types.AttributeValueMemberN:
-		i, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil {
-			d.fail(name)
-		}
-		return i
-	}
-	d.fail(name)
-	return 0
-}
-
-func (d *decoder) bin(name string) []byte {
-	switch v := d.item[name].(type) {
-	case nil:
-		return nil
-	case *types.AttributeValueMemberB:
-		return v.Value
-	}
-	d.fail(name)
-	return nil
-}
-
-func (d *decoder) time(name string) time.Time {
-	v := d.str(name)
-	if v == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		d.fail(name)
-	}
-	return t.UTC()
 }

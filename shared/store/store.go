@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -386,7 +387,7 @@ func (st *Store) update(ctx context.Context, id string, u *update, cond string, 
 // When the condition fails, failed is true and old is the item the write saw
 // (nil if there was none): the same request tells why, no read follows.
 func (st *Store) write(ctx context.Context, pk string, u *update, cond string, rv types.ReturnValue) (written, old map[string]types.AttributeValue, failed bool, err error) {
-	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	written, old, failed, err = dynamoitem.Update(ctx, st.db, &dynamodb.UpdateItemInput{
 		TableName:                           &st.table,
 		Key:                                 key(pk),
 		UpdateExpression:                    aws.String(u.expression()),
@@ -396,14 +397,10 @@ func (st *Store) write(ctx context.Context, pk string, u *update, cond string, r
 		ReturnValues:                        rv,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &ccf):
-		return nil, ccf.Item, true, nil
-	case err != nil:
+	if err != nil {
 		return nil, nil, false, classifyErr(err)
 	}
-	return out.Attributes, nil, false, nil
+	return written, old, failed, nil
 }
 
 // setWrite records which request performed an operation.

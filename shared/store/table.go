@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 )
 
 // CreateTable makes the actions table the way the CDK stack does (key,
@@ -16,7 +16,7 @@ import (
 // local server and tests. An existing table is kept; it gains the expiry
 // index if it lacks it (a data folder from an older version).
 func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+	exists, err := dynamoitem.CreateTable(ctx, db, &dynamodb.CreateTableInput{
 		TableName:            &name,
 		AttributeDefinitions: attributeDefinitions,
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(attrID), KeyType: types.KeyTypeHash}},
@@ -26,23 +26,12 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 			StreamViewType: types.StreamViewTypeNewAndOldImages,
 		},
 		GlobalSecondaryIndexes: indexes,
-	})
-	var inUse *types.ResourceInUseException
-	if errors.As(err, &inUse) {
+	}, attrTTL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("store: %w", err)
+	case exists:
 		return addIndexes(ctx, db, name)
-	}
-	if err != nil {
-		return fmt.Errorf("create table %s: %w", name, err)
-	}
-	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &name}, time.Minute); err != nil {
-		return fmt.Errorf("wait for table %s: %w", name, err)
-	}
-	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName:               &name,
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(attrTTL), Enabled: aws.Bool(true)},
-	})
-	if err != nil {
-		return fmt.Errorf("enable ttl on %s: %w", name, err)
 	}
 	return nil
 }

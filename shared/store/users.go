@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
@@ -160,17 +161,17 @@ func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start,
 	}
 	refs := make([]position, 0, len(out.Items))
 	for _, it := range out.Items {
-		d := decoder{item: it}
-		p := position{CreatedAtMs: d.num(attrCreatedAtMs), Key: d.str(attrID)}
-		if d.err != nil {
-			return nil, nil, d.err
+		d := dynamoitem.Decoder{Item: it}
+		p := position{CreatedAtMs: d.Num(attrCreatedAtMs), Key: d.Str(attrID)}
+		if d.Err != nil {
+			return nil, nil, d.Err
 		}
 		refs = append(refs, p)
 	}
 	var next *position
 	if lek := out.LastEvaluatedKey; lek != nil {
-		d := decoder{item: lek}
-		next = &position{CreatedAtMs: d.num(attrCreatedAtMs), Key: d.str(attrID)}
+		d := dynamoitem.Decoder{Item: lek}
+		next = &position{CreatedAtMs: d.Num(attrCreatedAtMs), Key: d.Str(attrID)}
 	}
 	return refs, next, nil
 }
