@@ -113,7 +113,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			// After the write, and on every retry of it: the user's earlier open
 			// actions of this kind are canceled (idempotent; a dependency fault
 			// is a 503 the caller retries with its key).
-			if _, err := a.store.Supersede(ctx, created, act.Create, r.fingerprints, a.Now()); err != nil {
+			if _, err := a.store.Supersede(ctx, created, c.requestID, a.Now()); err != nil {
 				return fail(err)
 			}
 		}

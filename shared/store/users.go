@@ -384,7 +384,7 @@ func supersedePointer(a *action.Action) string {
 // earlier one's write fails and it cancels itself. So at most one of
 // concurrent superseding creates stays open. It returns the ids it canceled
 // (a itself among them when a newer one had already superseded it).
-func (st *Store) Supersede(ctx context.Context, a *action.Action, w action.Write, fingerprints []string, now time.Time) ([]string, error) {
+func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID string, now time.Time) ([]string, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	u := newUpdate()
 	u.set("latestKey", s(pk))
@@ -393,32 +393,26 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, w action.Write
 	u.value("k", s(pk))
 	u.value("ms", n(a.CreatedAt.UnixMilli()))
 	cond := u.cond("attribute_not_exists({latestKey}) OR {latestMs} < :ms OR ({latestMs} = :ms AND {latestKey} < :k) OR {latestKey} = :k")
-	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &st.table, Key: key(supersedePointer(a)),
-		UpdateExpression: aws.String(u.expression()), ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: u.names, ExpressionAttributeValues: u.values,
-		ReturnValues:                        types.ReturnValueAllOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	prev, _, failed, err := st.write(ctx, supersedePointer(a), u, cond, types.ReturnValueAllOld)
+	write := action.Write{RequestID: requestID}
 	cancel := func(id string) ([]string, error) {
-		return st.cancelEach(ctx, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: action.Write{RequestID: w.RequestID}, Now: now})
+		return st.cancelEach(ctx, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: write, Now: now})
 	}
-	var ccf *types.ConditionalCheckFailedException
 	switch {
-	case errors.As(err, &ccf): // a later superseding create holds the pointer: a is superseded
-		return cancel(a.ID)
 	case err != nil:
-		return nil, classifyErr(err)
+		return nil, err
+	case failed: // a later superseding create holds the pointer: a is superseded
+		return cancel(a.ID)
 	}
 	var canceled []string
-	if prev, ok := out.Attributes["latestKey"].(*types.AttributeValueMemberS); ok && prev.Value != pk {
+	if prev, ok := prev["latestKey"].(*types.AttributeValueMemberS); ok && prev.Value != pk {
 		_, id := tenant.SplitItemKey(prev.Value)
 		if canceled, err = cancel(id); err != nil {
 			return canceled, err
 		}
 	}
 	more, err := st.CancelUser(ctx, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, ExactKind: true, Reason: ReasonSuperseded,
-		Write: action.Write{RequestID: w.RequestID}, Now: now, Except: a})
+		Write: write, Now: now, Except: a})
 	for _, id := range more {
 		if !slices.Contains(canceled, id) {
 			canceled = append(canceled, id)
