@@ -166,10 +166,26 @@ func fieldError(err error) error {
 	return &action.InvalidError{Field: "body", Message: "is not valid JSON"}
 }
 
-// pointerField renders a JSON Pointer (/metadata/a) as a dotted field name.
+// Bounds on the field an error names: a body may nest 10,000 levels deep
+// or hold a 60 KB member name, an error body stays small.
+const (
+	maxFieldSegments   = 4
+	maxFieldSegmentLen = 64
+)
+
+// pointerField renders a JSON Pointer (/metadata/a) as a dotted field name,
+// bounded: at most maxFieldSegments segments of at most maxFieldSegmentLen
+// bytes each, a cut marked with "…".
 func pointerField(p jsontext.Pointer) string {
 	var parts []string
 	for tok := range p.Tokens() {
+		if len(parts) == maxFieldSegments {
+			parts[len(parts)-1] = "…"
+			break
+		}
+		if len(tok) > maxFieldSegmentLen {
+			tok = strings.ToValidUTF8(tok[:maxFieldSegmentLen], "") + "…"
+		}
 		parts = append(parts, tok)
 	}
 	return strings.Join(parts, ".")

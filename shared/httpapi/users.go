@@ -123,8 +123,5 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 // pathUser reads and checks the {userId} path parameter.
 func pathUser(ev *events.APIGatewayV2HTTPRequest) (string, error) {
 	id := ev.PathParameters["userId"]
-	if id == "" {
-		return "", &action.InvalidError{Field: "userId", Message: "is required"}
-	}
-	return id, action.ValidateText("userId", id, action.MaxUserIDLen)
+	return id, action.ValidateUserID(id)
 }
