@@ -84,4 +84,3 @@ func TestErrorBodyBounded(t *testing.T) {
 		t.Logf("%d-byte body: %d-byte error, field %q", len(tc.body), len(r.Raw), r.Str("field"))
 	}
 }
-

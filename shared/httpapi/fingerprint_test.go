@@ -43,4 +43,3 @@ func TestFingerprintNumbersExact(t *testing.T) {
 		}
 	}
 }
-
