@@ -258,7 +258,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 		}
 		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
 			// The key's first request held a PIN too: comparing with it is a guess.
-			return nil, st.spendIfGuess(ctx, id, c.Write, c.Clock, action.Reject(action.CodeKeyReused, old))
+			return nil, st.spendIfGuess(ctx, id, c.Write, c.later, action.Reject(action.CodeKeyReused, old))
 		}
 		return st.judgeGuess(ctx, id, c, at, old, try)
 	}
@@ -272,7 +272,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 			return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
 		}
 	}
-	return nil, st.spendIfGuess(ctx, id, c.Write, c.Clock, why)
+	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
 }
 
 // judgeGuess compares the PIN of a reserved guess (try) with the item: a
@@ -315,7 +315,7 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "" {
 		return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 	}
-	return nil, st.spendIfGuess(ctx, id, c.Write, func() time.Time { return at.Now }, why)
+	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
 }
 
 // knownKeys is the condition that the action is under one of the key sets
@@ -342,8 +342,7 @@ func (st *Store) countGuess(u *update, now time.Time) {
 // spendIfGuess passes why through, unless it is a refusal that compared the
 // request w with a stored body holding the PIN (action.IsGuess): then that
 // comparison is counted like any guess, with one conditional write at the
-// time clock reads (nil: now), and once no guess is left the answer is
-// locked. The write records the guess under the request's key and body
+// time clock reads then, and once no guess is left the answer is locked. The write records the guess under the request's key and body
 // (action.SpendToken), like a reservation: the SDK re-sending it after a
 // lost answer, or the caller re-sending the same request, finds it and is
 // answered the same 422, counting nothing.
@@ -351,13 +350,9 @@ func (st *Store) spendIfGuess(ctx context.Context, id string, w action.Write, cl
 	if !action.IsGuess(why) {
 		return why
 	}
-	now := time.Now()
-	if clock != nil {
-		now = clock()
-	}
 	token := action.SpendToken(w)
 	u := newUpdate()
-	st.countGuess(u, action.Millis(now))
+	st.countGuess(u, action.Millis(clock()))
 	u.sets = append(u.sets, u.name(attrPINTry+token)+" = "+u.name(attrPINFailures)+" + :one")
 	cond := condGuessLeft + " AND attribute_not_exists({" + attrPINTry + token + "})"
 	written, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
