@@ -342,7 +342,8 @@ func (st *Store) countGuess(u *update, now time.Time) {
 // spendIfGuess passes why through, unless it is a refusal that compared the
 // request w with a stored body holding the PIN (action.IsGuess): then that
 // comparison is counted like any guess, with one conditional write at the
-// time clock reads then, and once no guess is left the answer is locked. The write records the guess under the request's key and body
+// time clock reads then, and once no guess is left the answer is locked.
+// The write records the guess under the request's key and body
 // (action.SpendToken), like a reservation: the SDK re-sending it after a
 // lost answer, or the caller re-sending the same request, finds it and is
 // answered the same 422, counting nothing.
