@@ -194,3 +194,34 @@ func TestReusedKeyGuessLostAnswerCountsOnce(t *testing.T) {
 		t.Fatalf("create's reused key with a lost answer: pinFailures = %s, want 1", n)
 	}
 }
+
+// TestReusedKeyGuessesUnderFaults (item 10): three other bodies under one
+// key, each sent twice, while 30% of the UpdateItem answers are lost (the
+// SDK re-sends; a 503 is re-sent by the caller). Each body is one guess,
+// whatever was lost: 1 + 3 counted. Without the fence it counted 8 (every
+// re-send, and every lost answer's SDK re-send, counted again).
+func TestReusedKeyGuessesUnderFaults(t *testing.T) {
+	env, proxy := proxied(t)
+	create(t, env, `{"actionId":"rf","userId":"u","pin":"2468","maxPinAttempts":10}`)
+	if r := do(t, env, "POST", "/actions/rf/consume", `{"pin":"0000"}`, "Idempotency-Key", "f-1"); r.Status != 403 {
+		t.Fatalf("first guess: %d %s", r.Status, r.Raw)
+	}
+	proxy.SetRates(faults.Rates{DropAfter: 0.3})
+	for i := range 6 {
+		body := `{"pin":"111` + string(rune('1'+i%3)) + `"}`
+		for attempt := 0; ; attempt++ {
+			r := do(t, env, "POST", "/actions/rf/consume", body, "Idempotency-Key", "f-1")
+			if r.Status == 422 {
+				break
+			}
+			if r.Status != 503 || attempt == 20 {
+				t.Fatalf("send %d of %s: %d %s", i, body, r.Status, r.Raw)
+			}
+		}
+	}
+	proxy.SetRates(faults.Rates{})
+	t.Logf("fault proxy: %s", proxy)
+	if n := rawItem(t, env, "rf")["pinFailures"].(*types.AttributeValueMemberN).Value; n != "4" {
+		t.Fatalf("pinFailures = %s, want 4 (one wrong PIN, three other bodies)", n)
+	}
+}
