@@ -4,6 +4,8 @@
 package action
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -46,7 +48,8 @@ type Action struct {
 	// one of MaxPINAttempts (PINFailures counts them) before it is compared;
 	// a right guess gives its reservation back as it consumes. The write
 	// that reaches the limit stamps LockedAt. PINTries records each guess by
-	// the request that made it, so a retry of it answers the same.
+	// the request that made it (TryToken; SpendToken for a reused key's
+	// comparison), so a retry of it answers the same.
 	PINHash        []byte
 	PINFailures    int
 	MaxPINAttempts int
@@ -91,6 +94,16 @@ func TryToken(w Write) string {
 		return "k" + w.Key
 	}
 	return "r" + w.RequestID
+}
+
+// SpendToken names the guess a request spends by reusing a key with
+// another body on a PIN-protected action (the 422 path): its key and its
+// body, so the same request re-sent (by the SDK after a lost answer, or by
+// the caller) finds its guess counted, while another body under the key is
+// another guess. Both parts are already keyed digests.
+func SpendToken(w Write) string {
+	sum := sha256.Sum256([]byte(w.Key + "\x00" + w.Fingerprint))
+	return "s" + hex.EncodeToString(sum[:16])
 }
 
 // StateAt returns the public state of a at instant now.

@@ -84,10 +84,7 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 			return nil, err
 		}
 	}
-	if r.UserID == "" {
-		return nil, invalid("userId", "is required")
-	}
-	if err := text("userId", r.UserID, MaxUserIDLen); err != nil {
+	if err := ValidateUserID(r.UserID); err != nil {
 		return nil, err
 	}
 	if r.Kind != "" {
@@ -139,8 +136,8 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 		return nil, invalid("maxPinAttempts", "needs pin")
 	}
 	if r.PIN != "" {
-		if n := utf8.RuneCountInString(r.PIN); n < MinPINLen || n > MaxPINLen || !printable(r.PIN) {
-			return nil, invalid("pin", "must be %d to %d printable characters", MinPINLen, MaxPINLen)
+		if err := validatePIN(r.PIN); err != nil {
+			return nil, err
 		}
 		a.MaxPINAttempts = DefaultMaxPINAttempts
 		if r.MaxPINAttempts != nil {
@@ -163,8 +160,19 @@ func ValidateConsume(r *ConsumeRequest) error {
 	if err := text("reason", r.Reason, MaxReasonLen); err != nil {
 		return err
 	}
-	if len(r.PIN) > 4*MaxPINLen || !printable(r.PIN) {
-		return invalid("pin", "must be at most %d printable characters", MaxPINLen)
+	if r.PIN != "" {
+		// A PIN create could not have stored never matches: refused before
+		// anything is counted.
+		return validatePIN(r.PIN)
+	}
+	return nil
+}
+
+// validatePIN checks a PIN as create stores it: MinPINLen to MaxPINLen
+// printable characters (counted as characters, not bytes).
+func validatePIN(pin string) error {
+	if n := utf8.RuneCountInString(pin); n < MinPINLen || n > MaxPINLen || !printable(pin) {
+		return invalid("pin", "must be %d to %d printable characters", MinPINLen, MaxPINLen)
 	}
 	return nil
 }
@@ -183,14 +191,34 @@ func ValidateID(field, id string) error {
 	return ValidatePathSegment(field, id, MaxIDLen, "")
 }
 
+// ValidateUserID checks a user id (from a body or a path): free text of 1
+// to MaxUserIDLen characters, not "." or ".." (a URL cannot address them,
+// so such a user's actions could never be listed or canceled).
+func ValidateUserID(id string) error {
+	if id == "" {
+		return invalid("userId", "is required")
+	}
+	if err := notDotSegment("userId", id); err != nil {
+		return err
+	}
+	return text("userId", id, MaxUserIDLen)
+}
+
 // ValidatePathSegment checks an identifier that is also a URL path segment:
 // a token (see ValidateToken) other than "." and "..", which a URL cannot
 // reach (clients and proxies resolve them away).
 func ValidatePathSegment(field, s string, max int, extra string) error {
+	if err := notDotSegment(field, s); err != nil {
+		return err
+	}
+	return token(field, s, max, extra)
+}
+
+func notDotSegment(field, s string) error {
 	if s == "." || s == ".." {
 		return invalid(field, "must not be . or .. (a URL cannot address them)")
 	}
-	return token(field, s, max, extra)
+	return nil
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

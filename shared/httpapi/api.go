@@ -101,7 +101,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		}
 		act.Create = r.write(c.requestID)
 
-		created, err := a.store.Create(ctx, act, r.fingerprints)
+		created, err := a.store.CreateClocked(ctx, act, r.fingerprints, a.Now)
 		var replay *action.Replay
 		switch {
 		case errors.As(err, &replay):
@@ -145,7 +145,7 @@ func (a *API) createID(c *call, r *request, chosen string) string {
 // the create it retries, else the validation error invalid.
 func (a *API) replayCreate(ctx context.Context, c *call, r *request, id string, invalid error) (events.APIGatewayV2HTTPResponse, error) {
 	c.actionID = id
-	err := a.store.FindCreate(ctx, c.tenant, id, r.write(c.requestID), r.fingerprints, a.Now())
+	err := a.store.FindCreate(ctx, c.tenant, id, r.write(c.requestID), r.fingerprints, a.Now)
 	var replay *action.Replay
 	var rej *action.Rejection
 	switch {
@@ -219,7 +219,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 func (a *API) consume(ctx context.Context, c *call, id string, req *action.ConsumeRequest, r *request) (*action.Action, error) {
 	cons := store.Consume{
 		Tenant: c.tenant, Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
-		KeyIDs: c.keys.KeyIDs(), Now: a.Now(),
+		KeyIDs: c.keys.KeyIDs(), Now: a.Now(), Clock: a.Now,
 	}
 	if req.PIN != "" {
 		keys, pin := c.keys, req.PIN

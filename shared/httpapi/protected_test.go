@@ -64,13 +64,13 @@ func TestPIN(t *testing.T) {
 func TestPINLockout(t *testing.T) {
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"l","userId":"u","pin":"2468","maxPinAttempts":2}`)
-	expect(t, env, do(t, env, "POST", "/actions/l/consume", `{"pin":"1"}`), 403, "invalid_pin", update)
-	last := do(t, env, "POST", "/actions/l/consume", `{"pin":"2"}`)
+	expect(t, env, do(t, env, "POST", "/actions/l/consume", `{"pin":"1111"}`), 403, "invalid_pin", update)
+	last := do(t, env, "POST", "/actions/l/consume", `{"pin":"2222"}`)
 	expect(t, env, last, 403, "invalid_pin", update)
 	if last.Body["attemptsRemaining"] != 0.0 {
 		t.Fatalf("locking attempt: %s", last.Raw)
 	}
-	for _, pin := range []string{"2468", "3"} {
+	for _, pin := range []string{"2468", "3333"} {
 		r := do(t, env, "POST", "/actions/l/consume", `{"pin":"`+pin+`"}`)
 		expect(t, env, r, 423, "locked", update)
 		if r.Str("lockedAt") == "" {

@@ -9,6 +9,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/exactonce/exactonce/internal/canonjson"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/crypto"
 )
@@ -117,10 +118,14 @@ func parseKey(h string) (string, error) {
 // decode parses the body strictly into v: one JSON object, no unknown or
 // duplicate members, valid UTF-8, right types. Errors name the field.
 func (r *request) decode(v any) error {
-	canon := jsontext.Value(append([]byte(nil), r.body...))
-	if err := canon.Canonicalize(); err != nil {
+	// RFC 8785 with numbers kept exact: two bodies are one request only if
+	// every number in them has the same value (1.0 and 1e0 do; 2^53+1 and
+	// 2^53, 0 and -0 do not).
+	c, err := canonjson.Canonicalize(r.body)
+	if err != nil {
 		return fieldError(err)
 	}
+	canon := jsontext.Value(c)
 	if canon.Kind() != '{' {
 		return &action.InvalidError{Field: "body", Message: "must be a JSON object"}
 	}
@@ -166,10 +171,26 @@ func fieldError(err error) error {
 	return &action.InvalidError{Field: "body", Message: "is not valid JSON"}
 }
 
-// pointerField renders a JSON Pointer (/metadata/a) as a dotted field name.
+// Bounds on the field an error names: a body may nest 10,000 levels deep
+// or hold a 60 KB member name, an error body stays small.
+const (
+	maxFieldSegments   = 4
+	maxFieldSegmentLen = 64
+)
+
+// pointerField renders a JSON Pointer (/metadata/a) as a dotted field name,
+// bounded: at most maxFieldSegments segments of at most maxFieldSegmentLen
+// bytes each, a cut marked with "…".
 func pointerField(p jsontext.Pointer) string {
 	var parts []string
 	for tok := range p.Tokens() {
+		if len(parts) == maxFieldSegments {
+			parts[len(parts)-1] = "…"
+			break
+		}
+		if len(tok) > maxFieldSegmentLen {
+			tok = strings.ToValidUTF8(tok[:maxFieldSegmentLen], "") + "…"
+		}
 		parts = append(parts, tok)
 	}
 	return strings.Join(parts, ".")

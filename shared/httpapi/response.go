@@ -127,7 +127,7 @@ var messages = map[action.Code]string{
 	action.CodeLocked:      "too many wrong PINs: the action is locked",
 	action.CodeInvalidPIN:  "the PIN is wrong",
 	action.CodePINRequired: "this action is PIN-protected: send pin (no attempt was counted)",
-	action.CodeKeyReused:   "this Idempotency-Key was used with a different request body",
+	action.CodeKeyReused:   "this Idempotency-Key was used for this operation on this action with a different request body",
 	action.CodeUnavailable: "the action store is unavailable; retry after the given delay",
 	action.CodeInternal:    "internal error",
 }

@@ -108,7 +108,7 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		w := r.write(c.requestID)
 		w.Fingerprint = c.keys.Fingerprint(call)
 		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
-			Write: w, Fingerprints: c.keys.Fingerprints(call), Now: a.Now()})
+			Write: w, Fingerprints: c.keys.Fingerprints(call), Now: a.Now(), Clock: a.Now})
 		if err != nil {
 			return fail(err)
 		}
@@ -123,8 +123,5 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 // pathUser reads and checks the {userId} path parameter.
 func pathUser(ev *events.APIGatewayV2HTTPRequest) (string, error) {
 	id := ev.PathParameters["userId"]
-	if id == "" {
-		return "", &action.InvalidError{Field: "userId", Message: "is required"}
-	}
-	return id, action.ValidateText("userId", id, action.MaxUserIDLen)
+	return id, action.ValidateUserID(id)
 }

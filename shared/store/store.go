@@ -100,8 +100,15 @@ const (
 // Create writes a new action; the item must not exist. On a failed condition
 // it returns the domain's classification: *action.Replay for a retry of the
 // same call, a *action.Rejection otherwise. fingerprints are the request's
-// under every known key set (a retry matches whichever its first attempt stored).
+// under every known key set (a retry matches whichever its first attempt
+// stored).
 func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []string) (*action.Action, error) {
+	return st.CreateClocked(ctx, a, fingerprints, nil)
+}
+
+// CreateClocked is Create whose second write (a reused key's guess on a PIN
+// action) stamps the time clock reads then; nil means a.CreatedAt.
+func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprints []string, clock func() time.Time) (*action.Action, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	u := newUpdate()
 	u.set(attrUserID, s(a.UserID))
@@ -138,7 +145,10 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 	}
 	if old != nil {
 		at := action.Attempt{Key: a.Create.Key, Fingerprints: fingerprints, RequestID: a.Create.RequestID}
-		return nil, st.spendIfGuess(ctx, pk, a.CreatedAt, action.ClassifyCreate(old, at))
+		if clock == nil {
+			clock = func() time.Time { return a.CreatedAt }
+		}
+		return nil, st.spendIfGuess(ctx, pk, a.Create, clock, action.ClassifyCreate(old, at))
 	}
 	return a, nil
 }
@@ -146,8 +156,9 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 // FindCreate answers a create that can no longer be written (its expiresAt
 // has passed) but may be the retry of one that was: with one consistent read
 // it returns the domain's classification of the create against the item, or
-// nil when there is no such item.
-func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action.Write, fingerprints []string, now time.Time) error {
+// nil when there is no such item. clock is read for the time of a reused
+// key's guess.
+func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action.Write, fingerprints []string, clock func() time.Time) error {
 	a, err := st.Get(ctx, tenantName, id)
 	var r *action.Rejection
 	switch {
@@ -156,7 +167,7 @@ func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action
 	case err != nil:
 		return err
 	}
-	return st.spendIfGuess(ctx, tenant.ItemKey(tenantName, id), now, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
+	return st.spendIfGuess(ctx, tenant.ItemKey(tenantName, id), w, clock, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
 }
 
 // Get reads a tenant's action with a strongly consistent read. Another
@@ -188,7 +199,20 @@ type Consume struct {
 	// KeyIDs are the key sets this server knows: an action under another
 	// is refused before anything is written (see action.UnknownKeyError).
 	KeyIDs []string
-	Now    time.Time
+	// Now is the request's time: the first write's.
+	Now time.Time
+	// Clock is read for the time of a second write (a right PIN's consume,
+	// a reused key's guess): the write that makes the change stamps its own
+	// time (consumedAt, lockedAt), however long the first took. nil: Now.
+	Clock func() time.Time
+}
+
+// later is the time of a second write.
+func (c *Consume) later() time.Time {
+	if c.Clock == nil {
+		return action.Millis(c.Now)
+	}
+	return action.Millis(c.Clock())
 }
 
 // Consume moves the action to consumed and returns it as written.
@@ -199,9 +223,10 @@ type Consume struct {
 // grows by one, recorded under the request's TryToken with its fingerprint,
 // only while guesses remain), and returns the item; the PIN is compared with
 // it; a wrong PIN is answered at once (1 request), a right one consumes with
-// write 2, which gives the reservation back. A retry of the same request (a
-// lost answer the SDK re-sends, the same Idempotency-Key) finds its own
-// reservation and answers as the first time, counting nothing.
+// write 2, which gives the reservation back and stamps consumedAt with its
+// own time (c.Clock). A retry of the same request (a lost answer the SDK
+// re-sends, the same Idempotency-Key) finds its own reservation and answers
+// as the first time, counting nothing.
 func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Action, error) {
 	id = tenant.ItemKey(c.Tenant, id) // from here on, the item's key
 	now := action.Millis(c.Now)
@@ -233,7 +258,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 		}
 		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
 			// The key's first request held a PIN too: comparing with it is a guess.
-			return nil, st.spendIfGuess(ctx, id, now, action.Reject(action.CodeKeyReused, old))
+			return nil, st.spendIfGuess(ctx, id, c.Write, c.later, action.Reject(action.CodeKeyReused, old))
 		}
 		return st.judgeGuess(ctx, id, c, at, old, try)
 	}
@@ -243,10 +268,11 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 		case !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "":
 			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 		case !old.PINProtected(): // a PIN for an action that has none: a plain consume
+			at.Now = c.later()
 			return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
 		}
 	}
-	return nil, st.spendIfGuess(ctx, id, now, why)
+	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
 }
 
 // judgeGuess compares the PIN of a reserved guess (try) with the item: a
@@ -262,6 +288,7 @@ func (st *Store) judgeGuess(ctx context.Context, id string, c Consume, at action
 		u.sets = append(u.sets, u.name(attrPINFailures)+" = "+u.name(attrPINFailures)+" - :one")
 		u.value("one", n(1))
 	}
+	at.Now = c.later() // consumedAt is this write's time, not the request's
 	return st.consume(ctx, id, c, at, condConsumable+" AND attribute_exists({"+attrPINTry+action.TryToken(c.Write)+"})", refund)
 }
 
@@ -288,7 +315,7 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "" {
 		return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 	}
-	return nil, st.spendIfGuess(ctx, id, at.Now, why)
+	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
 }
 
 // knownKeys is the condition that the action is under one of the key sets
@@ -313,20 +340,32 @@ func (st *Store) countGuess(u *update, now time.Time) {
 }
 
 // spendIfGuess passes why through, unless it is a refusal that compared the
-// request with a stored body holding the PIN (action.IsGuess): then that
-// comparison is counted like any guess, with one conditional write, and
-// once no guess is left the answer is locked.
-func (st *Store) spendIfGuess(ctx context.Context, id string, now time.Time, why error) error {
+// request w with a stored body holding the PIN (action.IsGuess): then that
+// comparison is counted like any guess, with one conditional write at the
+// time clock reads then, and once no guess is left the answer is locked.
+// The write records the guess under the request's key and body
+// (action.SpendToken), like a reservation: the SDK re-sending it after a
+// lost answer, or the caller re-sending the same request, finds it and is
+// answered the same 422, counting nothing.
+func (st *Store) spendIfGuess(ctx context.Context, id string, w action.Write, clock func() time.Time, why error) error {
 	if !action.IsGuess(why) {
 		return why
 	}
+	token := action.SpendToken(w)
 	u := newUpdate()
-	st.countGuess(u, action.Millis(now))
-	written, old, err := st.update(ctx, id, u, u.cond(condGuessLeft), types.ReturnValueAllNew)
+	st.countGuess(u, action.Millis(clock()))
+	u.sets = append(u.sets, u.name(attrPINTry+token)+" = "+u.name(attrPINFailures)+" + :one")
+	cond := condGuessLeft + " AND attribute_not_exists({" + attrPINTry + token + "})"
+	written, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
 	switch {
 	case err != nil:
 		return err
 	case old != nil:
+		if try, ok := old.PINTries[token]; ok { // this request's guess, counted already
+			seen := *old
+			seen.PINFailures = try.N
+			return action.Reject(action.CodeKeyReused, &seen)
+		}
 		return action.Reject(action.CodeLocked, old)
 	}
 	return action.Reject(action.CodeKeyReused, written)

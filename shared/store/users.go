@@ -251,7 +251,10 @@ type CancelAll struct {
 	Reason       string
 	Write        action.Write
 	Fingerprints []string
-	Now          time.Time
+	Now          time.Time // the request's time: which actions are still open
+	// Clock is read for each cancel's own time (canceledAt), which comes
+	// after the reads however long they took; nil: Now.
+	Clock func() time.Time
 	// Except, when set, spares this action and everything created after it
 	// (a superseding create cancels only what came before it).
 	Except *action.Action
@@ -341,7 +344,11 @@ func (st *Store) cancelEach(ctx context.Context, todo []*action.Action, c Cancel
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, err := st.Cancel(ctx, a.ID, Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: c.Now})
+			now := c.Now
+			if c.Clock != nil {
+				now = c.Clock()
+			}
+			_, err := st.Cancel(ctx, a.ID, Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: now})
 			var replay *action.Replay
 			var rej *action.Rejection
 			mu.Lock()
