@@ -39,7 +39,8 @@ func TestKeyStore(t *testing.T) {
 		return "ch_" + p.Order, nil
 	}, idempotency.Options[payment, string]{
 		Store: c.KeyStore(), Namespace: "pay", Lease: 30 * time.Second,
-		Key: func(p payment) (string, error) { return p.Order, nil },
+		Key:     func(p payment) (string, error) { return p.Order, nil },
+		Payload: func(p payment) (any, error) { return p, nil },
 	})
 	ctx := context.Background()
 	for i := range 3 {

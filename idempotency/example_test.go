@@ -55,7 +55,7 @@ func Example_apiGateway() {
 		Key:       idempotency.KeyPath[Request]("headers.idempotency-key"),
 		Payload:   idempotency.PayloadPaths[Request]("body.order", "body.amount"),
 		Lease:     30 * time.Second, // above the function's timeout
-		OnReplay: func(ctx context.Context, key string, r Response) Response {
+		OnReplay: func(ctx context.Context, key string, r Response, expiresAt time.Time) Response {
 			r.Headers = map[string]string{"Idempotent-Replayed": "true"}
 			return r
 		},

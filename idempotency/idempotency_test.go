@@ -82,7 +82,7 @@ func TestFirstExecutionThenTypedReplay(t *testing.T) {
 	}, idempotency.Options[order, receipt]{
 		Store: table, Key: orderID, Payload: amountOnly, Namespace: "orders",
 		OnExecute: func(ctx context.Context, key string) { executed.Add(1) },
-		OnReplay: func(ctx context.Context, key string, r receipt) receipt {
+		OnReplay: func(ctx context.Context, key string, r receipt, _ time.Time) receipt {
 			if !idempotency.IsReplay(ctx) || key != "o-1" {
 				t.Errorf("replay hook: IsReplay=%v key=%q", idempotency.IsReplay(ctx), key)
 			}
@@ -240,7 +240,7 @@ func TestLostAnswers(t *testing.T) {
 }
 
 // TestPayloadValidatedOnEveryPath: a key reused with another payload is
-// ErrPayloadMismatch in every state of its record, from the record the
+// ErrPayloadMismatch in every state of its record that protects a response or a running effect, from the record the
 // failed claim returned (no read: one request), and from the cache (none).
 // Regression test for Powertools python #3781, typescript #2058 and java
 // #2260, which skipped the check when the failed conditional write returned
@@ -262,7 +262,7 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 		}
 		return receipt{Charge: "ch", Amount: o.Amount}, nil
 	}
-	opts := idempotency.Options[order, receipt]{Store: table, Key: orderID, Payload: amountOnly, Lease: time.Minute, Now: clk.Now}
+	opts := idempotency.Options[order, receipt]{Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: time.Minute, Now: clk.Now}
 	h := idempotency.Wrap(fn, opts)
 
 	// completed
@@ -280,14 +280,16 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 	// lease expired: claimed under a clock an hour back
 	past := opts
 	past.Now = func() time.Time { return clk.Now().Add(-time.Hour) }
-	if _, err := table.Claim(ctx, "lapsed", idemkey.Claim{Now: past.Now(), Fingerprint: mustFP(t, 1), Lease: time.Minute, Token: idemkey.NewToken()}); err != nil {
+	if _, err := table.Claim(ctx, "t:lapsed", idemkey.Claim{Now: past.Now(), Fingerprint: mustFP(t, 1), Lease: time.Minute, Token: idemkey.NewToken()}); err != nil {
 		t.Fatal(err)
 	}
 	counter.Take()
 	runsBefore := runs.Load()
 
-	for _, id := range []string{"done", "released", "held", "lapsed"} {
-		before, _ := table.Get(ctx, id, clk.Now())
+	// A released key is not here: its attempt has no response to protect,
+	// so another payload runs (TestReleasedKeyTakesAnotherPayload).
+	for _, id := range []string{"done", "held", "lapsed"} {
+		before, _ := table.Get(ctx, "t:"+id, clk.Now())
 		counter.Take()
 		_, err := h(ctx, order{ID: id, Amount: 2})
 		if !errors.Is(err, idempotency.ErrPayloadMismatch) {
@@ -296,7 +298,7 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 		if got := counter.Take(); got["UpdateItem"] != 1 || len(got) != 1 {
 			t.Errorf("%s: requests %v, want the one failed claim (its answer carries the record)", id, got)
 		}
-		after, _ := table.Get(ctx, id, clk.Now())
+		after, _ := table.Get(ctx, "t:"+id, clk.Now())
 		if after.Attempts != before.Attempts || after.Token != before.Token || after.Fingerprint != before.Fingerprint {
 			t.Errorf("%s: the mismatching claim changed the record: %+v → %+v", id, before, after)
 		}
@@ -352,7 +354,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 				}
 				return receipt{Charge: o.Note}, nil
 			}, idempotency.Options[order, receipt]{
-				Store: table, Key: orderID, Payload: amountOnly, Lease: 10 * time.Second, Now: clk.Now,
+				Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: 10 * time.Second, Now: clk.Now,
 				OnExecute: func(context.Context, string) { executions.Add(1) },
 			})
 			staleErr := make(chan error)
@@ -387,7 +389,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 			if err != nil || r.Charge != "takeover" {
 				t.Fatalf("after: %+v %v, want the takeover's result", r, err)
 			}
-			k, _ := table.Get(ctx, "k", clk.Now())
+			k, _ := table.Get(ctx, "t:k", clk.Now())
 			if k.Attempts != 2 || k.Failures != 0 || executions.Load() != 2 {
 				t.Errorf("record attempts %d failures %d, executions %d; want 2, 0, 2", k.Attempts, k.Failures, executions.Load())
 			}
@@ -416,7 +418,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 		}
 		return receipt{Charge: "ok"}, nil
 	}, idempotency.Options[order, receipt]{
-		Store: table, Key: orderID, Payload: amountOnly, Lease: 30 * time.Second, Now: clk.Now,
+		Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: 30 * time.Second, Now: clk.Now,
 		Release: func(err error) bool { return !errors.Is(err, errUnknown) },
 	})
 
@@ -438,7 +440,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 		}()
 		h(ctx, order{ID: "p", Note: "panic"})
 	}()
-	if k, _ := table.Get(ctx, "p", clk.Now()); k.StateAt(clk.Now()) != idemkey.StateFailed || k.LastError != "handler panicked" {
+	if k, _ := table.Get(ctx, "t:p", clk.Now()); k.StateAt(clk.Now()) != idemkey.StateFailed || k.LastError != "handler panicked" {
 		t.Fatalf("after a panic: %+v", k)
 	}
 	if r, err := h(ctx, order{ID: "p"}); err != nil || r.Charge != "ok" {

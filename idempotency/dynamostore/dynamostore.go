@@ -67,11 +67,13 @@ var names = map[string]string{
 
 // The conditions of the three transitions.
 const (
-	// claimable: new, past its retention, or (same fingerprint, not
-	// completed, and nobody's lease running). A different fingerprint never
-	// passes, so the refusal's old item is always checked for it.
-	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
-		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
+	// claimable: new, past its retention, released (any fingerprint: a
+	// released attempt has no response to protect), or (same fingerprint,
+	// not completed, and the holder's lease lapsed). A different fingerprint
+	// never passes on a completed or held key, so the refusal's old item is
+	// always checked for it.
+	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (attribute_not_exists(#doneAt)" +
+		" AND (attribute_not_exists(#token) OR (#fp = :fp AND #lease <= :nowMs)))"
 	// held: the token is the current holder's and nothing finished the key.
 	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
 )
@@ -176,6 +178,23 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 	k, err := t.transition(ctx, name, expr+" ADD #failures :one REMOVE "+rems, values)
 	if err != nil {
 		return nil, t.classify(err, "release", func(old *idemkey.Key) error { return idemkey.ClassifyRelease(old, token) })
+	}
+	return k, nil
+}
+
+// Hold keeps the key held by token for the rest of its retention, with one
+// conditional write: the holder ran its effect but cannot store the
+// response, so no claim may run it again until the key is gone. errText is
+// stored as the key's last error. Refusals are Complete's.
+func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
+	now = action.Millis(now)
+	until := now.Add(t.retention())
+	values := map[string]types.AttributeValue{
+		":token": s(token), ":lease": n(until.UnixMilli()), ":ttl": n(until.Unix()), ":lastError": s(errText),
+	}
+	k, err := t.transition(ctx, name, "SET #lease = :lease, #ttl = :ttl, #lastError = :lastError", values)
+	if err != nil {
+		return nil, t.classify(err, "hold", func(old *idemkey.Key) error { return idemkey.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }
