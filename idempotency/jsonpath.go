@@ -41,8 +41,11 @@ func keyText(v any) (string, error) {
 }
 
 // MissingKey reports whether a value found where the key should be counts
-// as no key, as Powertools counts it: null, "", an empty array or object,
-// or an array of nulls only. 0 and false are keys.
+// as no key: null, "", or an array or object whose every element is
+// missing (so an empty one, one of nulls, or a multi-select of absent
+// fields). Powertools counts null, "", empty arrays and objects and arrays of
+// nulls; nested ones here too, so keyless events never share one key such
+// as ["",null]. 0 and false are keys.
 func MissingKey(v any) bool {
 	switch x := v.(type) {
 	case nil:
@@ -50,10 +53,15 @@ func MissingKey(v any) bool {
 	case string:
 		return x == ""
 	case map[string]any:
-		return len(x) == 0
+		for _, e := range x {
+			if !MissingKey(e) {
+				return false
+			}
+		}
+		return true
 	case []any:
 		for _, e := range x {
-			if e != nil {
+			if !MissingKey(e) {
 				return false
 			}
 		}
