@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"strconv"
+	"strings"
 
 	"github.com/jmespath-community/go-jmespath"
 )
@@ -50,7 +54,7 @@ func compileJMESPath(expr string) func(any) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err = jp.Search(v)
+		v, err = jp.Search(doubles(v))
 		if err != nil {
 			return nil, fmt.Errorf("idempotency: JMESPath %q: %w", expr, err)
 		}
@@ -67,7 +71,7 @@ var powertoolsFunctions = []jmespath.FunctionEntry{
 		if err != nil {
 			return nil, fmt.Errorf("powertools_json: %w", err)
 		}
-		return v, nil
+		return doubles(v), nil
 	}},
 	{Name: "powertools_base64", Arguments: oneString, Handler: func(args []any) (any, error) {
 		b, err := base64.StdEncoding.DecodeString(args[0].(string))
@@ -94,6 +98,46 @@ var powertoolsFunctions = []jmespath.FunctionEntry{
 		}
 		return string(out), nil
 	}},
+}
+
+// doubles turns the numbers of a decoded JSON value into float64, which
+// JMESPath's comparisons and functions take, where a double holds the
+// number exactly as written (5, 2.5, 0.1 as JSON means it); any other
+// number (9007199254740993, 1e400) stays json.Number, so keys keep its text
+// and two such numbers never become one key.
+func doubles(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if f, ok := exactDouble(string(x)); ok {
+			return f
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = doubles(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = doubles(e)
+		}
+	}
+	return v
+}
+
+// exactDouble parses a JSON number when the double nearest to it reads back
+// as the same decimal value.
+func exactDouble(s string) (float64, bool) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f == 0 && strings.Trim(s, "-0.eE+") != "" { // out of range, or underflow to 0
+		return 0, false
+	}
+	var a, b big.Rat
+	if _, ok := a.SetString(s); !ok {
+		return 0, false
+	}
+	if _, ok := b.SetString(strconv.FormatFloat(f, 'g', -1, 64)); !ok {
+		return 0, false
+	}
+	return f, a.Cmp(&b) == 0
 }
 
 var oneString = []jmespath.ArgSpec{{Types: []jmespath.JpType{jmespath.JpString}}}

@@ -347,11 +347,14 @@ func TestPowertoolsJMESPathKey(t *testing.T) {
 		"requestContext": map[string]any{"authorizer": map[string]any{"claims": map[string]any{"sub": "cognito_user"}}},
 		"body":           `{"id":"some_key","amount":9007199254740993,"user_id":"u-1"}`,
 		"headers":        map[string]any{"X-Idempotency-Key": "hk"},
+		"items":          []any{map[string]any{"id": "a", "n": 3}, map[string]any{"id": "b", "n": 7}},
 	}
 	for _, c := range []struct{ expr, want string }{
 		{"[requestContext.authorizer.claims.sub, powertools_json(body).id]", `["cognito_user","some_key"]`},
 		{"powertools_json(body).user_id", "u-1"},
-		{"powertools_json(body).amount", "9007199254740993"}, // numbers keep their text
+		{"powertools_json(body).amount", "9007199254740993"}, // no double holds it: its text stays
+		{"items[?n > `5`].id", `["b"]`},                      // other numbers compare as JMESPath's
+		{"sum(items[].n)", "10"},
 		{`headers."X-Idempotency-Key"`, "hk"},
 		{"powertools_json(powertools_base64('eyJpZCI6ImI2NCJ9')).id", "b64"},
 		{"powertools_json(powertools_base64_gzip('H4sIAAAAAAACA6tWykxRslJKr1KqBQCPNx5pCwAAAA==')).id", "gz"},
