@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -537,5 +538,22 @@ func TestFingerprint(t *testing.T) {
 	k, _ := idempotency.Fingerprint(map[string]any{"b": 1, "a": []int{1, 2}}, []byte("secret"))
 	if a != b || a == c || a == k || !strings.HasPrefix(a, "sha256:") || len(a) != 71 {
 		t.Errorf("fingerprints: %s %s %s %s", a, b, c, k)
+	}
+	// Numbers compare exactly: a double cannot tell these apart, the
+	// fingerprint must (Powertools hashes Python's exact ints).
+	for _, pair := range [][2]string{{"9007199254740993", "9007199254740992"}, {"0.1", "0.10000000000000001"}, {"1e400", "2e999"}} {
+		x, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[0]+`}`), nil)
+		y, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[1]+`}`), nil)
+		if x == y {
+			t.Errorf("%s and %s share a fingerprint", pair[0], pair[1])
+		}
+	}
+	// Numbers a double holds keep RFC 8785's form: 1.0 is 1, -0 is 0.
+	for _, pair := range [][2]string{{"1.0", "1"}, {"-0", "0"}, {"1e2", "100"}} {
+		x, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[0]+`}`), nil)
+		y, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[1]+`}`), nil)
+		if x != y {
+			t.Errorf("%s and %s differ", pair[0], pair[1])
+		}
 	}
 }

@@ -228,9 +228,15 @@ func (o *Options[In, Out]) now() time.Time {
 
 // Fingerprint is "sha256:" and the hex SHA-256 (HMAC-SHA-256 under hashKey
 // when given) of v's canonical JSON: key order and spacing do not matter.
+// Canonical JSON (RFC 8785) writes numbers as doubles; a number no double
+// holds exactly (9007199254740993, 0.10000000000000001, 1e400) is hashed by
+// its text instead, so two such payloads never share a fingerprint.
 func Fingerprint(v any, hashKey []byte) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
+		return "", fmt.Errorf("idempotency: payload: %w", err)
+	}
+	if b, err = inexactAsText(b); err != nil {
 		return "", fmt.Errorf("idempotency: payload: %w", err)
 	}
 	canon := jsontext.Value(b)
@@ -247,6 +253,41 @@ func Fingerprint(v any, hashKey []byte) (string, error) {
 		sum = s[:]
 	}
 	return "sha256:" + hex.EncodeToString(sum), nil
+}
+
+// inexactAsText rewrites the numbers of JSON b that no double holds exactly
+// as strings of their text (marked, so no string of the payload reads the
+// same); b is returned as it is when it has none.
+func inexactAsText(b []byte) ([]byte, error) {
+	v, err := decode(b)
+	if err != nil {
+		return nil, err
+	}
+	found := false
+	var walk func(any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case json.Number:
+			if _, ok := exactDouble(string(x)); !ok {
+				found = true
+				return "\x00number:" + string(x)
+			}
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		}
+		return v
+	}
+	v = walk(v)
+	if !found {
+		return b, nil
+	}
+	return json.Marshal(v)
 }
 
 // KeyName is the stored name of key under namespace: "namespace:key", or,
