@@ -13,9 +13,12 @@
 // the function fails or panics, so a retry runs it again. A claim refused by
 // its condition gets the existing record in the same answer, and that record
 // is checked against the invocation's payload before anything else: a key
-// reused with another payload is ErrPayloadMismatch whatever the record's
-// state (the check Powertools' Python, TypeScript and Java ports once skipped
-// on that path). A holder whose lease lapsed and was taken over can no longer
+// reused with another payload is ErrPayloadMismatch while the record holds a
+// response or a running (or lapsed) attempt (the check Powertools' Python,
+// TypeScript and Java ports once skipped on that path); a released key has
+// nothing to protect and is claimed by any payload. A function whose response
+// cannot be stored keeps its key held (ErrResponseNotStored): its effect
+// happened, so no retry may run it again. A holder whose lease lapsed and was taken over can no longer
 // complete or release the key (ErrLeaseLost): the takeover's result stands.
 //
 // Keys live behind Persistence: a DynamoDB table of your own
