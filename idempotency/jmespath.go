@@ -106,21 +106,12 @@ var powertoolsFunctions = []jmespath.FunctionEntry{
 // number (9007199254740993, 1e400) stays json.Number, so keys keep its text
 // and two such numbers never become one key.
 func doubles(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if f, ok := exactDouble(string(x)); ok {
+	return mapNumbers(v, func(n json.Number) any {
+		if f, ok := exactDouble(string(n)); ok {
 			return f
 		}
-	case map[string]any:
-		for k, e := range x {
-			x[k] = doubles(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = doubles(e)
-		}
-	}
-	return v
+		return n
+	})
 }
 
 // exactDouble parses a JSON number when the double nearest to it reads back

@@ -118,6 +118,24 @@ func lookup(in any, path string) (any, error) {
 	return v, nil
 }
 
+// mapNumbers replaces, in place, every number of a decoded JSON value by
+// f's answer for it.
+func mapNumbers(v any, f func(json.Number) any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return f(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = mapNumbers(e, f)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = mapNumbers(e, f)
+		}
+	}
+	return v
+}
+
 // jsonValue is in as its JSON reads: maps, slices, strings, json.Number,
 // bools and nil.
 func jsonValue(in any) (any, error) {

@@ -264,26 +264,13 @@ func inexactAsText(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	found := false
-	var walk func(any) any
-	walk = func(v any) any {
-		switch x := v.(type) {
-		case json.Number:
-			if _, ok := exactDouble(string(x)); !ok {
-				found = true
-				return "\x00number:" + string(x)
-			}
-		case map[string]any:
-			for k, e := range x {
-				x[k] = walk(e)
-			}
-		case []any:
-			for i, e := range x {
-				x[i] = walk(e)
-			}
+	v = mapNumbers(v, func(n json.Number) any {
+		if _, ok := exactDouble(string(n)); ok {
+			return n
 		}
-		return v
-	}
-	v = walk(v)
+		found = true
+		return "\x00number:" + string(n)
+	})
 	if !found {
 		return b, nil
 	}
