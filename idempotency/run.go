@@ -80,9 +80,10 @@ const (
 	// may wait.
 	DefaultLease = time.Minute
 	// MaxResponseBytes bounds a stored response (its JSON): what one
-	// DynamoDB item (400 KB) holds beside the key's own attributes (a key
-	// name of at most 255 bytes, a prefix of at most 1 KiB, and fixed-size
-	// times, tokens and counters: under 4 KiB in all; 16 KiB are left).
+	// DynamoDB item (400 KB) holds beside the key's own attributes (a
+	// partition key of at most 2 KiB, DynamoDB's limit, a last error of at
+	// most 1 KiB, and fixed-size times, tokens and counters: under 4 KiB in
+	// all; 16 KiB are left).
 	// A larger response is ErrResponseTooLarge and the key stays held.
 	MaxResponseBytes = 400<<10 - 16<<10
 	// NotStoredReason is the last error a key held for good after its
