@@ -67,13 +67,15 @@ var names = map[string]string{
 
 // The conditions of the three transitions.
 const (
-	// claimable: new, past its retention, released (any fingerprint: a
-	// released attempt has no response to protect), or (same fingerprint,
-	// not completed, and the holder's lease lapsed). A different fingerprint
-	// never passes on a completed or held key, so the refusal's old item is
-	// always checked for it.
-	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (attribute_not_exists(#doneAt)" +
-		" AND (attribute_not_exists(#token) OR (#fp = :fp AND #lease <= :nowMs)))"
+	// claimable: new, past its retention, released by its holder (any
+	// fingerprint: a released attempt has no response to protect; a release
+	// leaves its token in #relToken), or (same fingerprint, not completed,
+	// and nobody's lease running). A different fingerprint never passes on a
+	// completed, held or lapsed key (nor on an item of unknown shape), so
+	// the refusal's old item is always checked for it.
+	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (attribute_not_exists(#doneAt) AND (" +
+		"(#fp = :fp AND (attribute_not_exists(#token) OR #lease <= :nowMs))" +
+		" OR (attribute_not_exists(#token) AND attribute_exists(#relToken))))"
 	// held: the token is the current holder's and nothing finished the key.
 	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
 )
