@@ -58,7 +58,8 @@ type Options[In, Out any] struct {
 	// execution or a takeover).
 	OnExecute func(ctx context.Context, key string)
 	// OnReplay runs on every replay with the stored response and the end of
-	// the record's retention (until then it replays), and returns the
+	// the record's retention (until then it replays; zero when the store
+	// does not say it, as the hosted keys API does not), and returns the
 	// response to give the caller (e.g. with a header saying it is a replay;
 	// the stored one is unchanged). Its ctx answers IsReplay true.
 	OnReplay func(ctx context.Context, key string, out Out, expiresAt time.Time) Out
