@@ -31,6 +31,18 @@ func faultsStart(dropAfter float64) (*faults.Proxy, error) {
 	return faults.Start(testkit.Endpoint, faults.Rates{DropAfter: dropAfter}, 16, "UpdateItem")
 }
 
+// proxiedTable is newTable behind a fault proxy (closed when the test ends).
+func proxiedTable(t *testing.T, dropAfter float64) (*faults.Proxy, *dynamostore.Table) {
+	t.Helper()
+	proxy, err := faultsStart(dropAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	table, _ := newTable(t, proxy.URL)
+	return proxy, table
+}
+
 func localDynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(config.Local(testkit.Endpoint)) }
 
 // newTable makes a keys table for the test on DynamoDB Local, reached
@@ -183,12 +195,7 @@ func TestConcurrentInvocations(t *testing.T) {
 // up to two minutes): every effect ran exactly once and every invocation of
 // a key got the same response.
 func TestLostAnswers(t *testing.T) {
-	proxy, err := faultsStart(0.3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	table, _ := newTable(t, proxy.URL)
+	proxy, table := proxiedTable(t, 0.3)
 	var effects sync.Map
 	var retries, leaseLost atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {

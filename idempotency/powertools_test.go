@@ -545,12 +545,7 @@ func TestPowertoolsResponseHook(t *testing.T) {
 // saveSuccessfulResult" / "deleteRecord": a DynamoDB outage is an error to
 // the caller, never a silent success or a second run.
 func TestPowertoolsPersistenceErrors(t *testing.T) {
-	proxy, err := faultsStart(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	table, _ := newTable(t, proxy.URL)
+	proxy, table := proxiedTable(t, 0)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (string, error) {
 		runs.Add(1)
