@@ -228,6 +228,15 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 	if runs.Load() != 3 {
 		t.Errorf("runs %d, want 3", runs.Load())
 	}
+	// The /keys routes' claims (no AnyAfterRelease) still refuse another
+	// fingerprint on a released key.
+	if _, err := h(ctx, order{ID: "g", Amount: 1, Note: "fail"}); err == nil {
+		t.Fatal("want the failure")
+	}
+	_, err := table.Claim(ctx, "pt:g", idemkey.Claim{Now: time.Now(), Fingerprint: mustFP(t, 2), Lease: time.Minute, Token: idemkey.NewToken()})
+	if rej := (*idemkey.Rejection)(nil); !errors.As(err, &rej) || rej.Code != idemkey.CodeFingerprintMismatch {
+		t.Errorf("a /keys-style claim with another fingerprint on a released key: %v, want fingerprint_mismatch", err)
+	}
 }
 
 // Mirrors python test_idempotent_lambda_first_execution_with_validation,

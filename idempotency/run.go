@@ -47,8 +47,9 @@ type Claim = idemkey.Claim
 // classification: *idemkey.Replay (a completed key, or this caller's own
 // write whose answer was lost) or *idemkey.Rejection (fingerprint_mismatch,
 // in_progress, lease_lost, …). Claim must refuse another fingerprint in
-// every state but a released one (a released attempt has no response to
-// protect).
+// every state but a released one when the claim says AnyAfterRelease (Run's
+// claims do: a released attempt has no response to protect; the hosted keys
+// refuse it there too).
 type Persistence interface {
 	Claim(ctx context.Context, key string, c Claim) (*Record, error)
 	Complete(ctx context.Context, key, token string, response []byte, now time.Time) (*Record, error)
@@ -183,7 +184,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	k, err := p.Claim(ctx, c.Key, Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken()})
+	k, err := p.Claim(ctx, c.Key, Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken(), AnyAfterRelease: true})
 	var replay *idemkey.Replay
 	var rej *idemkey.Rejection
 	switch {

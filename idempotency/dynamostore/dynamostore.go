@@ -67,15 +67,17 @@ var names = map[string]string{
 
 // The conditions of the three transitions.
 const (
-	// claimable: new, past its retention, released by its holder (any
-	// fingerprint: a released attempt has no response to protect; a release
-	// leaves its token in #relToken), or (same fingerprint, not completed,
-	// and nobody's lease running). A different fingerprint never passes on a
-	// completed, held or lapsed key (nor on an item of unknown shape), so
-	// the refusal's old item is always checked for it.
-	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (attribute_not_exists(#doneAt) AND (" +
-		"(#fp = :fp AND (attribute_not_exists(#token) OR #lease <= :nowMs))" +
-		" OR (attribute_not_exists(#token) AND attribute_exists(#relToken))))"
+	// claimable: new, past its retention, or (same fingerprint, not
+	// completed, and nobody's lease running). A different fingerprint never
+	// passes, so the refusal's old item is always checked for it.
+	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
+		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
+	// condClaimableAfterRelease (idemkey.Claim.AnyAfterRelease) also takes
+	// a key its holder released with any fingerprint (a release leaves its
+	// token in #relToken; an item of unknown shape has none). Another
+	// fingerprint still never passes on a completed, held or lapsed key.
+	condClaimableAfterRelease = condClaimable + " OR (attribute_not_exists(#doneAt)" +
+		" AND attribute_not_exists(#token) AND attribute_exists(#relToken))"
 	// held: the token is the current holder's and nothing finished the key.
 	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
 )
@@ -131,7 +133,11 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 		values[":"+a.ph] = s(a.v)
 	}
 	expr := "SET " + strings.Join(sets, ", ") + " ADD #attempts :one REMOVE " + strings.Join(rems, ", ")
-	written, old, failed, err := t.write(ctx, name, expr, condClaimable, values)
+	cond := condClaimable
+	if c.AnyAfterRelease {
+		cond = condClaimableAfterRelease
+	}
+	written, old, failed, err := t.write(ctx, name, expr, cond, values)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("dynamostore: claim: %w", err)
