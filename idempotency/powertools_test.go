@@ -602,11 +602,13 @@ func TestPowertoolsResponseNotStorable(t *testing.T) {
 			return math.NaN(), nil
 		case "huge":
 			return strings.Repeat("x", idempotency.MaxResponseBytes-1), nil // its JSON: one byte too many
+		case "panics":
+			return panicky{}, nil
 		}
 		return strings.Repeat("y", idempotency.MaxResponseBytes-2), nil // exactly the limit
 	}, idempotency.Options[order, any]{Store: table, Namespace: strings.Repeat("n", 200), Key: orderID, Lease: time.Minute, Now: clk.Now})
 	ctx := context.Background()
-	for _, note := range []string{"nan", "huge"} {
+	for _, note := range []string{"nan", "huge", "panics"} {
 		counter.Take()
 		_, err := h(ctx, order{ID: note, Note: note})
 		if !errors.Is(err, idempotency.ErrResponseNotStored) || !strings.Contains(err.Error(), "could not be stored") {
@@ -621,8 +623,8 @@ func TestPowertoolsResponseNotStorable(t *testing.T) {
 			t.Errorf("%s, 2 h later: %v, want ErrInProgress and ErrResponseNotStored", note, err)
 		}
 	}
-	if runs.Load() != 2 {
-		t.Fatalf("runs %d, want 2: an unstorable response let the effect run again", runs.Load())
+	if runs.Load() != 3 {
+		t.Fatalf("runs %d, want 3: an unstorable response let the effect run again", runs.Load())
 	}
 	for range 2 {
 		r, err := h(ctx, order{ID: strings.Repeat("k", 50), Note: "fits"})
@@ -630,7 +632,12 @@ func TestPowertoolsResponseNotStorable(t *testing.T) {
 			t.Fatalf("the largest response: %d bytes, %v", len(s), err)
 		}
 	}
-	if runs.Load() != 3 {
-		t.Errorf("runs %d, want 3", runs.Load())
+	if runs.Load() != 4 {
+		t.Errorf("runs %d, want 4", runs.Load())
 	}
 }
+
+// panicky is a response whose encoding panics.
+type panicky struct{}
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("cannot encode") }

@@ -127,11 +127,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 				return nil, err
 			}
 			first = v
-			b, err := json.Marshal(v)
-			if err != nil {
-				return nil, fmt.Errorf("%w: encode the response: %w", ErrResponseNotStored, err)
-			}
-			return b, nil
+			return encodeResponse(v)
 		})
 		if err != nil {
 			return zero, err
@@ -147,6 +143,21 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 		}
 		return first, nil
 	}
+}
+
+// encodeResponse is v's JSON. After the function ran, an encoding failure,
+// a panicking MarshalJSON included, is ErrResponseNotStored: the key stays
+// held rather than released by Run's panic handling.
+func encodeResponse(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: encode the response: panic: %v", ErrResponseNotStored, r)
+		}
+	}()
+	if b, err = json.Marshal(v); err != nil {
+		return nil, fmt.Errorf("%w: encode the response: %w", ErrResponseNotStored, err)
+	}
+	return b, nil
 }
 
 // lease is o.Lease, or the time left until ctx's deadline (0 without one:
