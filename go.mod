@@ -19,6 +19,7 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/cdklabs/cdk-nag-go/cdknag/v2 v2.38.2
 	github.com/go-json-experiment/json v1.27.2
+	github.com/jmespath-community/go-jmespath v1.1.1
 	github.com/pb33f/libopenapi v0.41.8
 	github.com/pb33f/libopenapi-validator v0.16.2
 )
@@ -58,6 +59,7 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.52.0 // indirect
 	github.com/yuin/goldmark v1.7.16 // indirect
+	golang.org/x/exp v0.0.0-20230314191032-db074128a8ec // indirect
 	golang.org/x/lint v0.0.0-20241112194109-818c5a804067 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.62.0 // indirect

@@ -68,6 +68,11 @@ func (s *KeyStore) Release(ctx context.Context, key, token, reason string, _ tim
 	return record(k, ""), nil
 }
 
+// MaxResponseBytes is the largest response the hosted keys store
+// (idemkey.MaxResponseBytes); the library holds a key whose response is
+// larger rather than release it.
+func (s *KeyStore) MaxResponseBytes() int { return idemkey.MaxResponseBytes }
+
 // rejection adds the domain's refusal to a holder's refused call.
 func rejection(err error) error {
 	var e *Error

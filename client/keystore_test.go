@@ -35,11 +35,14 @@ func TestKeyStore(t *testing.T) {
 			<-hold
 		case "fails":
 			return "", errors.New("card declined\nline two " + strings.Repeat("x", 2000))
+		case "huge":
+			return strings.Repeat("x", 64<<10), nil // over the hosted API's 64 KiB
 		}
 		return "ch_" + p.Order, nil
 	}, idempotency.Options[payment, string]{
 		Store: c.KeyStore(), Namespace: "pay", Lease: 30 * time.Second,
-		Key: func(p payment) (string, error) { return p.Order, nil },
+		Key:     func(p payment) (string, error) { return p.Order, nil },
+		Payload: func(p payment) (any, error) { return p, nil },
 	})
 	ctx := context.Background()
 	for i := range 3 {
@@ -77,6 +80,14 @@ func TestKeyStore(t *testing.T) {
 	k, err := c.GetKey(ctx, "pay:fails")
 	if err != nil || k.State != "failed" || k.Failures != 1 || k.LastError != "handler returned an error" {
 		t.Fatalf("released key: %+v %v", k, err)
+	}
+	// A response over the hosted limit: the effect ran, so the key is not
+	// released (issue 21 item 1); it stays held until its lease ends.
+	if _, err := pay(ctx, payment{"huge", 1}); !errors.Is(err, idempotency.ErrResponseTooLarge) {
+		t.Fatalf("huge response: %v, want ErrResponseTooLarge", err)
+	}
+	if _, err := pay(ctx, payment{"huge", 1}); !errors.Is(err, idempotency.ErrInProgress) || runs.Load() != 4 {
+		t.Fatalf("huge response, again: %v (runs %d), want ErrInProgress and no second run", err, runs.Load())
 	}
 	// Do stores the error's text, fitted to the API (printable, 1024 characters).
 	if _, err := c.Do(ctx, "do-fails", "f", 0, func(context.Context) (any, error) {

@@ -26,6 +26,7 @@ type cached struct {
 	key, fingerprint string
 	response         []byte
 	until            time.Time
+	expiresAt        time.Time // the record's retention
 }
 
 // NewCache returns a cache of at most maxEntries records kept for ttl.
@@ -67,7 +68,7 @@ func (c *Cache) put(key, fingerprint string, response []byte, now, recordExpires
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := cached{key: key, fingerprint: fingerprint, response: response, until: until}
+	v := cached{key: key, fingerprint: fingerprint, response: response, until: until, expiresAt: recordExpires}
 	if e, ok := c.entries[key]; ok {
 		e.Value = v
 		c.order.MoveToFront(e)

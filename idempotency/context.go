@@ -30,6 +30,11 @@ type Outcome struct {
 	Key       string // the key as stored
 	Replayed  bool   // the function did not run: the response is the stored one
 	FromCache bool   // the replay came from the in-memory cache (no request)
+	// ExpiresAt is the end of a replayed record's retention.
+	ExpiresAt time.Time
+	// NoKey: the input had no key and the function ran unguarded
+	// (Options.RunWithoutKey).
+	NoKey bool
 }
 
 type outcomeKey struct{}

@@ -29,6 +29,8 @@ func freshTable(db *dynamodb.Client, prefix string) string {
 // An API Gateway (HTTP API) handler made idempotent by its Idempotency-Key
 // header: the charge runs once, a retry gets the stored response (marked by
 // the replay hook), and the same key with another order or amount is refused.
+// Key and payload are Powertools' JMESPath expressions, as a Powertools user
+// writes them (event_key_jmespath, payload_validation_jmespath).
 func Example_apiGateway() {
 	type (
 		Request  = events.APIGatewayV2HTTPRequest
@@ -52,10 +54,9 @@ func Example_apiGateway() {
 	idempotent := idempotency.Wrap(charge, idempotency.Options[Request, Response]{
 		Store:     dynamostore.New(db, table),
 		Namespace: "charge",
-		Key:       idempotency.KeyPath[Request]("headers.idempotency-key"),
-		Payload:   idempotency.PayloadPaths[Request]("body.order", "body.amount"),
-		Lease:     30 * time.Second, // above the function's timeout
-		OnReplay: func(ctx context.Context, key string, r Response) Response {
+		Key:       idempotency.KeyJMESPath[Request](`headers."idempotency-key"`),
+		Payload:   idempotency.PayloadJMESPath[Request]("powertools_json(body).[order, amount]"),
+		OnReplay: func(ctx context.Context, key string, r Response, _ time.Time) Response {
 			r.Headers = map[string]string{"Idempotent-Replayed": "true"}
 			return r
 		},

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -28,6 +29,18 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // share of UpdateItem answers after DynamoDB applied the write.
 func faultsStart(dropAfter float64) (*faults.Proxy, error) {
 	return faults.Start(testkit.Endpoint, faults.Rates{DropAfter: dropAfter}, 16, "UpdateItem")
+}
+
+// proxiedTable is newTable behind a fault proxy (closed when the test ends).
+func proxiedTable(t *testing.T, dropAfter float64) (*faults.Proxy, *dynamostore.Table) {
+	t.Helper()
+	proxy, err := faultsStart(dropAfter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	table, _ := newTable(t, proxy.URL)
+	return proxy, table
 }
 
 func localDynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(config.Local(testkit.Endpoint)) }
@@ -82,7 +95,7 @@ func TestFirstExecutionThenTypedReplay(t *testing.T) {
 	}, idempotency.Options[order, receipt]{
 		Store: table, Key: orderID, Payload: amountOnly, Namespace: "orders",
 		OnExecute: func(ctx context.Context, key string) { executed.Add(1) },
-		OnReplay: func(ctx context.Context, key string, r receipt) receipt {
+		OnReplay: func(ctx context.Context, key string, r receipt, _ time.Time) receipt {
 			if !idempotency.IsReplay(ctx) || key != "o-1" {
 				t.Errorf("replay hook: IsReplay=%v key=%q", idempotency.IsReplay(ctx), key)
 			}
@@ -174,24 +187,21 @@ func TestConcurrentInvocations(t *testing.T) {
 }
 
 // TestLostAnswers: a proxy in front of DynamoDB Local drops 30% of the
-// answers after DynamoDB applied the write. The lease (2 s) outlasts the
-// handler, as it must: a claim whose every answer was lost holds the key
-// until it lapses, then another invocation takes over. 25 keys, 4 invocations each, all
-// at once, each retried until it gets an answer: every effect ran exactly
-// once and every invocation of a key got the same response.
+// answers after DynamoDB applied the write. The lease (10 s) outlasts the
+// handler and the SDK's retries of its complete, as it must, on a loaded
+// machine too (2 s did not): a claim whose every answer was lost holds the
+// key until it lapses, then another invocation takes over. 25 keys, 4
+// invocations each, all at once, each retried until it gets an answer (for
+// up to two minutes): every effect ran exactly once and every invocation of
+// a key got the same response.
 func TestLostAnswers(t *testing.T) {
-	proxy, err := faultsStart(0.3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	table, _ := newTable(t, proxy.URL)
+	proxy, table := proxiedTable(t, 0.3)
 	var effects sync.Map
 	var retries, leaseLost atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
 		n, _ := effects.LoadOrStore(o.ID, new(atomic.Int32))
 		return receipt{Charge: fmt.Sprintf("ch_%s_%d", o.ID, n.(*atomic.Int32).Add(1)), Amount: o.Amount}, nil
-	}, idempotency.Options[order, receipt]{Store: table, Key: orderID, Lease: 2 * time.Second})
+	}, idempotency.Options[order, receipt]{Store: table, Key: orderID, Lease: 10 * time.Second})
 	const keys, callers = 25, 4
 	var wg sync.WaitGroup
 	got := make([][]receipt, keys)
@@ -200,7 +210,7 @@ func TestLostAnswers(t *testing.T) {
 		for range callers {
 			wg.Go(func() {
 				o := order{ID: fmt.Sprint("k", k), Amount: k}
-				for try := 0; try < 400; try++ {
+				for giveUp := time.Now().Add(2 * time.Minute); time.Now().Before(giveUp); {
 					r, err := h(context.Background(), o)
 					if err == nil {
 						mu.Lock()
@@ -240,7 +250,7 @@ func TestLostAnswers(t *testing.T) {
 }
 
 // TestPayloadValidatedOnEveryPath: a key reused with another payload is
-// ErrPayloadMismatch in every state of its record, from the record the
+// ErrPayloadMismatch in every state of its record that protects a response or a running effect, from the record the
 // failed claim returned (no read: one request), and from the cache (none).
 // Regression test for Powertools python #3781, typescript #2058 and java
 // #2260, which skipped the check when the failed conditional write returned
@@ -262,7 +272,7 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 		}
 		return receipt{Charge: "ch", Amount: o.Amount}, nil
 	}
-	opts := idempotency.Options[order, receipt]{Store: table, Key: orderID, Payload: amountOnly, Lease: time.Minute, Now: clk.Now}
+	opts := idempotency.Options[order, receipt]{Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: time.Minute, Now: clk.Now}
 	h := idempotency.Wrap(fn, opts)
 
 	// completed
@@ -280,14 +290,16 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 	// lease expired: claimed under a clock an hour back
 	past := opts
 	past.Now = func() time.Time { return clk.Now().Add(-time.Hour) }
-	if _, err := table.Claim(ctx, "lapsed", idemkey.Claim{Now: past.Now(), Fingerprint: mustFP(t, 1), Lease: time.Minute, Token: idemkey.NewToken()}); err != nil {
+	if _, err := table.Claim(ctx, "t:lapsed", idemkey.Claim{Now: past.Now(), Fingerprint: mustFP(t, 1), Lease: time.Minute, Token: idemkey.NewToken()}); err != nil {
 		t.Fatal(err)
 	}
 	counter.Take()
 	runsBefore := runs.Load()
 
-	for _, id := range []string{"done", "released", "held", "lapsed"} {
-		before, _ := table.Get(ctx, id, clk.Now())
+	// A released key is not here: its attempt has no response to protect,
+	// so another payload runs (TestReleasedKeyTakesAnotherPayload).
+	for _, id := range []string{"done", "held", "lapsed"} {
+		before, _ := table.Get(ctx, "t:"+id, clk.Now())
 		counter.Take()
 		_, err := h(ctx, order{ID: id, Amount: 2})
 		if !errors.Is(err, idempotency.ErrPayloadMismatch) {
@@ -296,7 +308,7 @@ func TestPayloadValidatedOnEveryPath(t *testing.T) {
 		if got := counter.Take(); got["UpdateItem"] != 1 || len(got) != 1 {
 			t.Errorf("%s: requests %v, want the one failed claim (its answer carries the record)", id, got)
 		}
-		after, _ := table.Get(ctx, id, clk.Now())
+		after, _ := table.Get(ctx, "t:"+id, clk.Now())
 		if after.Attempts != before.Attempts || after.Token != before.Token || after.Fingerprint != before.Fingerprint {
 			t.Errorf("%s: the mismatching claim changed the record: %+v → %+v", id, before, after)
 		}
@@ -352,7 +364,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 				}
 				return receipt{Charge: o.Note}, nil
 			}, idempotency.Options[order, receipt]{
-				Store: table, Key: orderID, Payload: amountOnly, Lease: 10 * time.Second, Now: clk.Now,
+				Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: 10 * time.Second, Now: clk.Now,
 				OnExecute: func(context.Context, string) { executions.Add(1) },
 			})
 			staleErr := make(chan error)
@@ -387,7 +399,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 			if err != nil || r.Charge != "takeover" {
 				t.Fatalf("after: %+v %v, want the takeover's result", r, err)
 			}
-			k, _ := table.Get(ctx, "k", clk.Now())
+			k, _ := table.Get(ctx, "t:k", clk.Now())
 			if k.Attempts != 2 || k.Failures != 0 || executions.Load() != 2 {
 				t.Errorf("record attempts %d failures %d, executions %d; want 2, 0, 2", k.Attempts, k.Failures, executions.Load())
 			}
@@ -416,7 +428,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 		}
 		return receipt{Charge: "ok"}, nil
 	}, idempotency.Options[order, receipt]{
-		Store: table, Key: orderID, Payload: amountOnly, Lease: 30 * time.Second, Now: clk.Now,
+		Store: table, Namespace: "t", Key: orderID, Payload: amountOnly, Lease: 30 * time.Second, Now: clk.Now,
 		Release: func(err error) bool { return !errors.Is(err, errUnknown) },
 	})
 
@@ -438,7 +450,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 		}()
 		h(ctx, order{ID: "p", Note: "panic"})
 	}()
-	if k, _ := table.Get(ctx, "p", clk.Now()); k.StateAt(clk.Now()) != idemkey.StateFailed || k.LastError != "handler panicked" {
+	if k, _ := table.Get(ctx, "t:p", clk.Now()); k.StateAt(clk.Now()) != idemkey.StateFailed || k.LastError != "handler panicked" {
 		t.Fatalf("after a panic: %+v", k)
 	}
 	if r, err := h(ctx, order{ID: "p"}); err != nil || r.Charge != "ok" {
@@ -535,5 +547,22 @@ func TestFingerprint(t *testing.T) {
 	k, _ := idempotency.Fingerprint(map[string]any{"b": 1, "a": []int{1, 2}}, []byte("secret"))
 	if a != b || a == c || a == k || !strings.HasPrefix(a, "sha256:") || len(a) != 71 {
 		t.Errorf("fingerprints: %s %s %s %s", a, b, c, k)
+	}
+	// Numbers compare exactly: a double cannot tell these apart, the
+	// fingerprint must (Powertools hashes Python's exact ints).
+	for _, pair := range [][2]string{{"9007199254740993", "9007199254740992"}, {"0.1", "0.10000000000000001"}, {"1e400", "2e999"}} {
+		x, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[0]+`}`), nil)
+		y, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[1]+`}`), nil)
+		if x == y {
+			t.Errorf("%s and %s share a fingerprint", pair[0], pair[1])
+		}
+	}
+	// Numbers a double holds keep RFC 8785's form: 1.0 is 1, -0 is 0.
+	for _, pair := range [][2]string{{"1.0", "1"}, {"-0", "0"}, {"1e2", "100"}} {
+		x, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[0]+`}`), nil)
+		y, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[1]+`}`), nil)
+		if x != y {
+			t.Errorf("%s and %s differ", pair[0], pair[1])
+		}
 	}
 }

@@ -13,20 +13,61 @@ import (
 // "headers.idempotency-key", "Records.0.messageId"). A string met before the
 // path ends is parsed as JSON and the path goes on inside it, so
 // "body.orderId" reads into an API Gateway event's JSON body. A string value
-// is the key as it is; any other value is its canonical JSON text. A
-// missing or null value is "" (ErrNoKey).
+// is the key as it is; any other value is its JSON text. A
+// missing value, or one MissingKey counts as missing, is "" (ErrNoKey).
+// For JMESPath, as Powertools' event_key_jmespath takes it, use KeyJMESPath.
 func KeyPath[In any](path string) func(In) (string, error) {
 	return func(in In) (string, error) {
 		v, err := lookup(in, path)
-		if err != nil || v == nil {
+		if err != nil {
 			return "", err
 		}
-		if s, ok := v.(string); ok {
-			return s, nil
-		}
-		b, err := json.Marshal(v)
-		return string(b), err
+		return keyText(v)
 	}
+}
+
+// keyText is the key a value found in the input makes: "" when it is
+// missing, a string as it is, anything else its JSON text (compact, object
+// members sorted, numbers as written).
+func keyText(v any) (string, error) {
+	if MissingKey(v) {
+		return "", nil
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// MissingKey reports whether a value found where the key should be counts
+// as no key: null, "", or an array or object whose every element is
+// missing (so an empty one, one of nulls, or a multi-select of absent
+// fields). Powertools counts null, "", empty arrays and objects and arrays of
+// nulls; nested ones here too, so keyless events never share one key such
+// as ["",null]. 0 and false are keys.
+func MissingKey(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case map[string]any:
+		for _, e := range x {
+			if !MissingKey(e) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !MissingKey(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // PayloadPaths returns a payload function picking paths (as KeyPath reads
@@ -48,11 +89,7 @@ func PayloadPaths[In any](paths ...string) func(In) (any, error) {
 // lookup walks path through the JSON of in; nil when something on the way is
 // missing.
 func lookup(in any, path string) (any, error) {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return nil, err
-	}
-	v, err := decode(b)
+	v, err := jsonValue(in)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +116,34 @@ func lookup(in any, path string) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// mapNumbers replaces, in place, every number of a decoded JSON value by
+// f's answer for it.
+func mapNumbers(v any, f func(json.Number) any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return f(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = mapNumbers(e, f)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = mapNumbers(e, f)
+		}
+	}
+	return v
+}
+
+// jsonValue is in as its JSON reads: maps, slices, strings, json.Number,
+// bools and nil.
+func jsonValue(in any) (any, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	return decode(b)
 }
 
 func decode(b []byte) (any, error) {

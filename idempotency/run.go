@@ -13,9 +13,12 @@
 // the function fails or panics, so a retry runs it again. A claim refused by
 // its condition gets the existing record in the same answer, and that record
 // is checked against the invocation's payload before anything else: a key
-// reused with another payload is ErrPayloadMismatch whatever the record's
-// state (the check Powertools' Python, TypeScript and Java ports once skipped
-// on that path). A holder whose lease lapsed and was taken over can no longer
+// reused with another payload is ErrPayloadMismatch while the record holds a
+// response or a running (or lapsed) attempt (the check Powertools' Python,
+// TypeScript and Java ports once skipped on that path); a released key has
+// nothing to protect and is claimed by any payload. A function whose response
+// cannot be stored keeps its key held (ErrResponseNotStored): its effect
+// happened, so no retry may run it again. A holder whose lease lapsed and was taken over can no longer
 // complete or release the key (ErrLeaseLost): the takeover's result stands.
 //
 // Keys live behind Persistence: a DynamoDB table of your own
@@ -44,11 +47,30 @@ type Claim = idemkey.Claim
 // classification: *idemkey.Replay (a completed key, or this caller's own
 // write whose answer was lost) or *idemkey.Rejection (fingerprint_mismatch,
 // in_progress, lease_lost, …). Claim must refuse another fingerprint in
-// every state.
+// every state but a released one when the claim says AnyAfterRelease (Run's
+// claims do: a released attempt has no response to protect; the hosted keys
+// refuse it there too).
 type Persistence interface {
 	Claim(ctx context.Context, key string, c Claim) (*Record, error)
 	Complete(ctx context.Context, key, token string, response []byte, now time.Time) (*Record, error)
 	Release(ctx context.Context, key, token, reason string, now time.Time) (*Record, error)
+}
+
+// Holder is a Persistence that can keep a key held for the rest of its
+// retention (one conditional write by the holder of token, storing reason
+// as the key's last error): Run does so when the function ran but its
+// response cannot be stored, so no retry runs the effect again.
+// dynamostore.Table is one; without it such a key stays held until its
+// lease lapses.
+type Holder interface {
+	Hold(ctx context.Context, key, token, reason string, now time.Time) (*Record, error)
+}
+
+// ResponseLimiter is a Persistence that stores responses of at most
+// MaxResponseBytes() bytes (the hosted keys API: idemkey.MaxResponseBytes);
+// without it the limit is MaxResponseBytes.
+type ResponseLimiter interface {
+	MaxResponseBytes() int
 }
 
 // Defaults.
@@ -58,9 +80,16 @@ const (
 	// function's longest run (a Lambda's timeout) and below how long a retry
 	// may wait.
 	DefaultLease = time.Minute
-	// MaxResponseBytes bounds a stored response (its JSON), as the hosted
-	// keys API does.
-	MaxResponseBytes = idemkey.MaxResponseBytes
+	// MaxResponseBytes bounds a stored response (its JSON): what one
+	// DynamoDB item (400 KB) holds beside the key's own attributes (a
+	// partition key of at most 2 KiB, DynamoDB's limit, a last error of at
+	// most 1 KiB, and fixed-size times, tokens and counters: under 4 KiB in
+	// all; 16 KiB are left).
+	// A larger response is ErrResponseTooLarge and the key stays held.
+	MaxResponseBytes = 400<<10 - 16<<10
+	// NotStoredReason is the last error a key held for good after its
+	// response could not be stored carries (see Holder).
+	NotStoredReason = "the function ran but its response could not be stored"
 )
 
 // Errors. Compare with errors.Is.
@@ -77,22 +106,38 @@ var (
 	ErrLeaseLost = errors.New("idempotency: the lease lapsed and another invocation took the key over")
 	// ErrNoKey: the key function returned "".
 	ErrNoKey = errors.New("idempotency: no idempotency key in the input")
-	// ErrResponseTooLarge: the response's JSON is over MaxResponseBytes; the
-	// key was released.
-	ErrResponseTooLarge = errors.New("idempotency: response larger than MaxResponseBytes")
+	// ErrResponseNotStored: the function ran (its effect happened) but its
+	// response could not be stored (not JSON-encodable, or too large). The
+	// key stays held, in progress, for the rest of its retention (see
+	// Holder), so no retry runs the effect again: later invocations get an
+	// *InProgressError that also matches ErrResponseNotStored.
+	ErrResponseNotStored = errors.New("idempotency: the function ran but its response could not be stored; the key stays held")
+	// ErrResponseTooLarge: the response's JSON is over MaxResponseBytes (or
+	// the store's ResponseLimiter); it is also ErrResponseNotStored.
+	ErrResponseTooLarge = fmt.Errorf("%w: response larger than MaxResponseBytes", ErrResponseNotStored)
 )
 
 // InProgressError is ErrInProgress with the time the holder's lease ends.
 type InProgressError struct {
 	RetryAfter time.Duration
+	// NotStored: the holder ran the function but could not store its
+	// response; the key is held until its retention ends.
+	NotStored bool
 }
 
 func (e *InProgressError) Error() string {
+	if e.NotStored {
+		return fmt.Sprintf("%s: %s (held for %s more)", ErrInProgress, NotStoredReason, e.RetryAfter.Round(time.Second))
+	}
 	return fmt.Sprintf("%s (lease ends in %s)", ErrInProgress, e.RetryAfter.Round(time.Millisecond))
 }
 
-// Is makes errors.Is(err, ErrInProgress) true.
-func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+// Is makes errors.Is(err, ErrInProgress) true, and errors.Is(err,
+// ErrResponseNotStored) for a key held after its response could not be
+// stored.
+func (e *InProgressError) Is(target error) bool {
+	return target == ErrInProgress || e.NotStored && target == ErrResponseNotStored
+}
 
 // Call is one guarded execution, for Run.
 type Call struct {
@@ -126,7 +171,10 @@ type Result struct {
 // then on a granted claim fn and complete (one write) or release (one
 // write); on a completed key the stored response; otherwise the refusal as
 // an error (ErrPayloadMismatch, ErrInProgress). fn's own error is returned
-// as it is. A panic in fn releases the key and panics on.
+// as it is. A panic in fn releases the key and panics on. When fn ran but
+// its response cannot be stored (fn's error wraps ErrResponseNotStored, or
+// the response is too large), the key is not released: it stays held (one
+// write, see Holder) and the error wraps ErrResponseNotStored.
 func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([]byte, error)) (Result, error) {
 	if c.Key == "" {
 		return Result{}, ErrNoKey
@@ -136,7 +184,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	k, err := p.Claim(ctx, c.Key, Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken()})
+	k, err := p.Claim(ctx, c.Key, Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken(), AnyAfterRelease: true})
 	var replay *idemkey.Replay
 	var rej *idemkey.Rejection
 	switch {
@@ -152,11 +200,12 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	case errors.As(err, &rej) && rej.Code == idemkey.CodeFingerprintMismatch:
 		return Result{}, fmt.Errorf("%w (%w)", ErrPayloadMismatch, err)
 	case errors.As(err, &rej) && rej.Code == idemkey.CodeInProgress:
-		wait := time.Second
+		wait, notStored := time.Second, false
 		if rej.Key != nil {
 			wait = max(rej.Key.LeaseExpiresAt.Sub(now), 0)
+			notStored = rej.Key.LastError == NotStoredReason
 		}
-		return Result{}, &InProgressError{RetryAfter: wait}
+		return Result{}, &InProgressError{RetryAfter: wait, NotStored: notStored}
 	case err != nil:
 		return Result{}, fmt.Errorf("idempotency: claim: %w", err)
 	}
@@ -175,11 +224,14 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		}
 	}()
 	resp, fnErr := fn(withInfo(ctx, Info{Key: c.Key, LeaseExpiresAt: k.LeaseExpiresAt}))
-	if fnErr == nil && len(resp) > MaxResponseBytes {
-		fnErr = ErrResponseTooLarge
+	if fnErr == nil && len(resp) > maxResponse(p) {
+		fnErr = fmt.Errorf("%w (%d bytes, at most %d)", ErrResponseTooLarge, len(resp), maxResponse(p))
+	}
+	if errors.Is(fnErr, ErrResponseNotStored) {
+		return hold(wctx, p, c, k, fnErr)
 	}
 	if fnErr != nil {
-		if c.Release != nil && fnErr != ErrResponseTooLarge && !c.Release(fnErr) {
+		if c.Release != nil && !c.Release(fnErr) {
 			return Result{Record: k}, fnErr
 		}
 		reason := "handler returned an error"
@@ -209,6 +261,31 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		return Result{Record: k}, fmt.Errorf("idempotency: complete (the effect happened; the key frees itself when its lease lapses): %w", err)
 	}
 	return Result{Response: resp, Record: rec}, nil
+}
+
+// hold keeps the key held after fn ran but its response cannot be stored:
+// releasing it would let a retry run the effect again.
+func hold(ctx context.Context, p Persistence, c Call, k *Record, cause error) (Result, error) {
+	h, ok := p.(Holder)
+	if !ok {
+		return Result{Record: k}, fmt.Errorf("%w; key %s stays held until its lease ends at %s", cause, c.Key, k.LeaseExpiresAt.Format(time.RFC3339))
+	}
+	rec, err := h.Hold(ctx, c.Key, k.Token, NotStoredReason, c.now())
+	var rej *idemkey.Rejection
+	switch {
+	case errors.As(err, &rej) && (rej.Code == idemkey.CodeLeaseLost || rej.Code == idemkey.CodeNotFound):
+		return Result{Record: rej.Key}, fmt.Errorf("%w; %w (%w)", cause, ErrLeaseLost, err)
+	case err != nil:
+		return Result{Record: k}, errors.Join(cause, fmt.Errorf("idempotency: hold (the key frees itself when its lease lapses): %w", err))
+	}
+	return Result{Record: rec}, fmt.Errorf("%w; key %s stays held (in progress) until %s", cause, c.Key, rec.LeaseExpiresAt.Format(time.RFC3339))
+}
+
+func maxResponse(p Persistence) int {
+	if l, ok := p.(ResponseLimiter); ok {
+		return l.MaxResponseBytes()
+	}
+	return MaxResponseBytes
 }
 
 func (c *Call) now() time.Time {

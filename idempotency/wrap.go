@@ -7,6 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -14,24 +18,38 @@ import (
 	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
-// Options configure Wrap. Store and Key are required.
+// Options configure Wrap. Store is required.
 type Options[In, Out any] struct {
 	// Store keeps the keys: dynamostore.New(db, table), or a hosted
 	// client.KeyStore.
 	Store Persistence
-	// Key derives the idempotency key from the input (KeyPath reads it from
-	// the JSON of the input). "" is ErrNoKey.
+	// Key derives the idempotency key from the input (KeyPath or KeyJMESPath
+	// read it from the JSON of the input). nil: the whole input is the key
+	// (its canonical JSON, hashed), as Powertools does without
+	// event_key_jmespath. A missing key ("", or what MissingKey counts as
+	// missing) is ErrNoKey, unless RunWithoutKey.
 	Key func(In) (string, error)
+	// RunWithoutKey: when the input has no key, fn runs unguarded (no
+	// record, no replay; the Outcome says NoKey) instead of ErrNoKey
+	// (Powertools' raise_on_no_idempotency_key=False). Off by default.
+	RunWithoutKey bool
 	// Payload picks the part of the input that must not change under one
-	// key; another value under a used key is ErrPayloadMismatch. nil: the
-	// whole input. PayloadPaths picks JSON paths.
+	// key; another value under a used key is ErrPayloadMismatch.
+	// PayloadPaths and PayloadJMESPath pick parts of the JSON. nil: no
+	// payload validation (as Powertools without
+	// payload_validation_jmespath).
 	Payload func(In) (any, error)
-	// Namespace prefixes every key (e.g. the function's name), so functions
-	// can share a table.
+	// Namespace prefixes every key, so functions can share a table. "": the
+	// wrapped function's name (package path and name; a closure's name is its
+	// position in the enclosing function), after the Lambda function's name
+	// when AWS_LAMBDA_FUNCTION_NAME is set, as Powertools prefixes keys.
+	// Set it to keep keys across renames and refactors.
 	Namespace string
 	// Lease is how long a claim holds the key, independent of the
-	// function's timeout; 0: DefaultLease. A holder that outlives it can be
-	// taken over and then gets ErrLeaseLost.
+	// function's timeout. 0: until the invocation's deadline (the context's,
+	// which in Lambda is the function's timeout, as Powertools uses the
+	// remaining time), or DefaultLease without one. A holder that outlives
+	// it can be taken over and then gets ErrLeaseLost.
 	Lease time.Duration
 	// Release reports whether an error of the function releases the key;
 	// nil: every error does (see Call.Release).
@@ -39,10 +57,12 @@ type Options[In, Out any] struct {
 	// OnExecute runs once the key is claimed, before the function (a first
 	// execution or a takeover).
 	OnExecute func(ctx context.Context, key string)
-	// OnReplay runs on every replay with the stored response and returns the
+	// OnReplay runs on every replay with the stored response and the end of
+	// the record's retention (until then it replays; zero when the store
+	// does not say it, as the hosted keys API does not), and returns the
 	// response to give the caller (e.g. with a header saying it is a replay;
 	// the stored one is unchanged). Its ctx answers IsReplay true.
-	OnReplay func(ctx context.Context, key string, out Out) Out
+	OnReplay func(ctx context.Context, key string, out Out, expiresAt time.Time) Out
 	// Cache, when set, keeps completed records in memory: their replays cost
 	// no request.
 	Cache *Cache
@@ -55,17 +75,30 @@ type Options[In, Out any] struct {
 
 // Wrap returns fn made idempotent under o: per key, fn runs once and its
 // response is replayed, typed, to every later call (see the package
-// documentation). Out must survive a JSON round trip (encoding/json).
-// Wrap panics when o.Store or o.Key is nil.
+// documentation). Out must survive a JSON round trip (encoding/json); a
+// response that cannot be encoded is ErrResponseNotStored and its key stays
+// held. Wrap panics when o.Store is nil.
 func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, Out]) func(context.Context, In) (Out, error) {
-	if o.Store == nil || o.Key == nil {
-		panic("idempotency: Options.Store and Options.Key are required")
+	if o.Store == nil {
+		panic("idempotency: Options.Store is required")
+	}
+	if o.Key == nil {
+		o.Key = wholeInput[In](o.HashKey)
+	}
+	if o.Namespace == "" {
+		o.Namespace = defaultNamespace(fn)
 	}
 	return func(ctx context.Context, in In) (Out, error) {
 		var zero Out
 		key, err := o.Key(in)
 		if err != nil {
 			return zero, fmt.Errorf("idempotency: key: %w", err)
+		}
+		if key == "" && o.RunWithoutKey {
+			if out := outcomeOf(ctx); out != nil {
+				*out = Outcome{NoKey: true}
+			}
+			return fn(ctx, in)
 		}
 		if key == "" {
 			return zero, ErrNoKey
@@ -80,26 +113,22 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 				if c.fingerprint != fp {
 					return zero, ErrPayloadMismatch
 				}
-				return o.replay(ctx, name, key, c.response, true)
+				return o.replay(ctx, name, key, c.response, c.expiresAt, true)
 			}
 		}
 		var first Out
-		res, err := Run(ctx, o.Store, Call{Key: name, Fingerprint: fp, Lease: o.Lease, Release: o.Release, Now: o.Now},
-			func(ctx context.Context) ([]byte, error) {
-				if o.OnExecute != nil {
-					o.OnExecute(ctx, key)
-				}
-				v, err := fn(ctx, in)
-				if err != nil {
-					return nil, err
-				}
-				first = v
-				b, err := json.Marshal(v)
-				if err != nil {
-					return nil, fmt.Errorf("idempotency: encode the response: %w", err)
-				}
-				return b, nil
-			})
+		call := Call{Key: name, Fingerprint: fp, Lease: o.lease(ctx), Release: o.Release, Now: o.Now}
+		res, err := Run(ctx, o.Store, call, func(ctx context.Context) ([]byte, error) {
+			if o.OnExecute != nil {
+				o.OnExecute(ctx, key)
+			}
+			v, err := fn(ctx, in)
+			if err != nil {
+				return nil, err
+			}
+			first = v
+			return encodeResponse(v)
+		})
 		if err != nil {
 			return zero, err
 		}
@@ -107,7 +136,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 			o.Cache.put(name, fp, res.Response, o.now(), res.Record.ExpiresAt)
 		}
 		if res.Replayed {
-			return o.replay(ctx, name, key, res.Response, false)
+			return o.replay(ctx, name, key, res.Response, res.Record.ExpiresAt, false)
 		}
 		if out := outcomeOf(ctx); out != nil {
 			out.Key = name
@@ -116,8 +145,65 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 	}
 }
 
+// encodeResponse is v's JSON. After the function ran, an encoding failure,
+// a panicking MarshalJSON included, is ErrResponseNotStored: the key stays
+// held rather than released by Run's panic handling.
+func encodeResponse(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: encode the response: panic: %v", ErrResponseNotStored, r)
+		}
+	}()
+	if b, err = json.Marshal(v); err != nil {
+		return nil, fmt.Errorf("%w: encode the response: %w", ErrResponseNotStored, err)
+	}
+	return b, nil
+}
+
+// lease is o.Lease, or the time left until ctx's deadline (0 without one:
+// Run's DefaultLease).
+func (o *Options[In, Out]) lease(ctx context.Context) time.Duration {
+	if o.Lease > 0 {
+		return o.Lease
+	}
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 0
+}
+
+// defaultNamespace names fn: the Lambda function (when in one) and the Go
+// function, in the characters a key name takes.
+func defaultNamespace(fn any) string {
+	name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+	if lambda := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); lambda != "" {
+		name = lambda + "." + name
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '/':
+			return '.'
+		case r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:~-", r)):
+			return r
+		}
+		return '-'
+	}, name)
+}
+
+// wholeInput is the default key: the fingerprint of the whole input, or ""
+// when the input counts as missing (MissingKey).
+func wholeInput[In any](hashKey []byte) func(In) (string, error) {
+	return func(in In) (string, error) {
+		v, err := jsonValue(in)
+		if err != nil || MissingKey(v) {
+			return "", err
+		}
+		return Fingerprint(v, hashKey)
+	}
+}
+
 // replay decodes a stored response and runs the replay hook.
-func (o *Options[In, Out]) replay(ctx context.Context, name, key string, stored []byte, fromCache bool) (Out, error) {
+func (o *Options[In, Out]) replay(ctx context.Context, name, key string, stored []byte, expiresAt time.Time, fromCache bool) (Out, error) {
 	var out Out
 	if err := json.Unmarshal(stored, &out); err != nil {
 		return out, fmt.Errorf("idempotency: decode the stored response: %w", err)
@@ -126,16 +212,16 @@ func (o *Options[In, Out]) replay(ctx context.Context, name, key string, stored 
 	if oc == nil {
 		ctx, oc = WithOutcome(ctx)
 	}
-	*oc = Outcome{Key: name, Replayed: true, FromCache: fromCache}
+	*oc = Outcome{Key: name, Replayed: true, FromCache: fromCache, ExpiresAt: expiresAt}
 	if o.OnReplay != nil {
-		out = o.OnReplay(ctx, key, out)
+		out = o.OnReplay(ctx, key, out, expiresAt)
 	}
 	return out, nil
 }
 
 // fingerprint hashes the canonical JSON (RFC 8785) of the payload part of in.
 func (o *Options[In, Out]) fingerprint(in In) (string, error) {
-	var v any = in
+	var v any // no Payload: nothing to validate, one fingerprint for all
 	if o.Payload != nil {
 		var err error
 		if v, err = o.Payload(in); err != nil {
@@ -154,9 +240,15 @@ func (o *Options[In, Out]) now() time.Time {
 
 // Fingerprint is "sha256:" and the hex SHA-256 (HMAC-SHA-256 under hashKey
 // when given) of v's canonical JSON: key order and spacing do not matter.
+// Canonical JSON (RFC 8785) writes numbers as doubles; a number no double
+// holds exactly (9007199254740993, 0.10000000000000001, 1e400) is hashed by
+// its text instead, so two such payloads never share a fingerprint.
 func Fingerprint(v any, hashKey []byte) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
+		return "", fmt.Errorf("idempotency: payload: %w", err)
+	}
+	if b, err = inexactAsText(b); err != nil {
 		return "", fmt.Errorf("idempotency: payload: %w", err)
 	}
 	canon := jsontext.Value(b)
@@ -173,6 +265,28 @@ func Fingerprint(v any, hashKey []byte) (string, error) {
 		sum = s[:]
 	}
 	return "sha256:" + hex.EncodeToString(sum), nil
+}
+
+// inexactAsText rewrites the numbers of JSON b that no double holds exactly
+// as strings of their text (marked, so no string of the payload reads the
+// same); b is returned as it is when it has none.
+func inexactAsText(b []byte) ([]byte, error) {
+	v, err := decode(b)
+	if err != nil {
+		return nil, err
+	}
+	found := false
+	v = mapNumbers(v, func(n json.Number) any {
+		if _, ok := exactDouble(string(n)); ok {
+			return n
+		}
+		found = true
+		return "\x00number:" + string(n)
+	})
+	if !found {
+		return b, nil
+	}
+	return json.Marshal(v)
 }
 
 // KeyName is the stored name of key under namespace: "namespace:key", or,

@@ -6,7 +6,9 @@
 // Give each record its own key in the wrapped handler's Options (for
 // example SQSMessageID): a record delivered again after its handler
 // succeeded replays instead of running twice, one still running elsewhere
-// (ErrInProgress) is reported failed and retried later.
+// (ErrInProgress) is reported failed and retried later. Do set one: without
+// a Key the whole record is the key, and a redelivered SQS message differs
+// from its first delivery (receipt handle, receive count).
 package batch
 
 import (

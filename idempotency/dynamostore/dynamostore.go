@@ -72,6 +72,12 @@ const (
 	// passes, so the refusal's old item is always checked for it.
 	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
 		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
+	// condClaimableAfterRelease (idemkey.Claim.AnyAfterRelease) also takes
+	// a key its holder released with any fingerprint (a release leaves its
+	// token in #relToken; an item of unknown shape has none). Another
+	// fingerprint still never passes on a completed, held or lapsed key.
+	condClaimableAfterRelease = condClaimable + " OR (attribute_not_exists(#doneAt)" +
+		" AND attribute_not_exists(#token) AND attribute_exists(#relToken))"
 	// held: the token is the current holder's and nothing finished the key.
 	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
 )
@@ -127,7 +133,11 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 		values[":"+a.ph] = s(a.v)
 	}
 	expr := "SET " + strings.Join(sets, ", ") + " ADD #attempts :one REMOVE " + strings.Join(rems, ", ")
-	written, old, failed, err := t.write(ctx, name, expr, condClaimable, values)
+	cond := condClaimable
+	if c.AnyAfterRelease {
+		cond = condClaimableAfterRelease
+	}
+	written, old, failed, err := t.write(ctx, name, expr, cond, values)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("dynamostore: claim: %w", err)
@@ -176,6 +186,23 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 	k, err := t.transition(ctx, name, expr+" ADD #failures :one REMOVE "+rems, values)
 	if err != nil {
 		return nil, t.classify(err, "release", func(old *idemkey.Key) error { return idemkey.ClassifyRelease(old, token) })
+	}
+	return k, nil
+}
+
+// Hold keeps the key held by token for the rest of its retention, with one
+// conditional write: the holder ran its effect but cannot store the
+// response, so no claim may run it again until the key is gone. errText is
+// stored as the key's last error. Refusals are Complete's.
+func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
+	now = action.Millis(now)
+	until := now.Add(t.retention())
+	values := map[string]types.AttributeValue{
+		":token": s(token), ":lease": n(until.UnixMilli()), ":ttl": n(until.Unix()), ":lastError": s(errText),
+	}
+	k, err := t.transition(ctx, name, "SET #lease = :lease, #ttl = :ttl, #lastError = :lastError", values)
+	if err != nil {
+		return nil, t.classify(err, "hold", func(old *idemkey.Key) error { return idemkey.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }

@@ -135,6 +135,11 @@ type Claim struct {
 	Write action.Write // the claim request's Idempotency-Key, body fingerprint and request id (HTTP only)
 	// Fingerprints is the claim request body's fingerprint under every known key set (HTTP only).
 	Fingerprints []string
+	// AnyAfterRelease lets this claim take a key its holder released whatever
+	// the key's fingerprint (a released attempt has no response to protect):
+	// the idempotency library's retries after a failure. The /keys routes
+	// leave it off, so another fingerprint is refused in every state there.
+	AnyAfterRelease bool
 }
 
 // ClassifyClaim explains a refused claim from the key the write saw.
