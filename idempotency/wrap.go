@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/exactonce/exactonce/internal/canonjson"
 
 	"github.com/exactonce/exactonce/shared/idemkey"
 )
@@ -240,19 +240,17 @@ func (o *Options[In, Out]) now() time.Time {
 
 // Fingerprint is "sha256:" and the hex SHA-256 (HMAC-SHA-256 under hashKey
 // when given) of v's canonical JSON: key order and spacing do not matter.
-// Canonical JSON (RFC 8785) writes numbers as doubles; a number no double
-// holds exactly (9007199254740993, 0.10000000000000001, 1e400) is hashed by
-// its text instead, so two such payloads never share a fingerprint.
+// It is the service's canonical form (internal/canonjson: RFC 8785, except
+// that a number keeps its exact value), so 9007199254740993 and
+// 9007199254740992, 0.1 and 0.10000000000000001, 1e400 and 2e999 never share
+// a fingerprint.
 func Fingerprint(v any, hashKey []byte) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("idempotency: payload: %w", err)
 	}
-	if b, err = inexactAsText(b); err != nil {
-		return "", fmt.Errorf("idempotency: payload: %w", err)
-	}
-	canon := jsontext.Value(b)
-	if err := canon.Canonicalize(); err != nil {
+	canon, err := canonjson.Canonicalize(b)
+	if err != nil {
 		return "", fmt.Errorf("idempotency: payload: %w", err)
 	}
 	var sum []byte
@@ -265,28 +263,6 @@ func Fingerprint(v any, hashKey []byte) (string, error) {
 		sum = s[:]
 	}
 	return "sha256:" + hex.EncodeToString(sum), nil
-}
-
-// inexactAsText rewrites the numbers of JSON b that no double holds exactly
-// as strings of their text (marked, so no string of the payload reads the
-// same); b is returned as it is when it has none.
-func inexactAsText(b []byte) ([]byte, error) {
-	v, err := decode(b)
-	if err != nil {
-		return nil, err
-	}
-	found := false
-	v = mapNumbers(v, func(n json.Number) any {
-		if _, ok := exactDouble(string(n)); ok {
-			return n
-		}
-		found = true
-		return "\x00number:" + string(n)
-	})
-	if !found {
-		return b, nil
-	}
-	return json.Marshal(v)
 }
 
 // KeyName is the stored name of key under namespace: "namespace:key", or,
