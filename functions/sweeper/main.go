@@ -1,6 +1,8 @@
 // Command sweeper is the scheduled Lambda (every minute) that marks due
 // actions expired, so action.expired is published promptly; DynamoDB TTL
-// only cleans up afterwards. Settings: TABLE_NAME, EXACTONCE_EXPIRY_SHARDS.
+// only cleans up afterwards. On a multi-Region (MRSC) table, which has no
+// TTL, a daily {"purge": true} deletes what TTL would have.
+// Settings: TABLE_NAME, EXACTONCE_EXPIRY_SHARDS.
 package main
 
 import (
@@ -26,6 +28,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := &sweep.Sweeper{Store: cfg.Store(dynamodb.NewFromConfig(awsCfg)), Log: app.Logger(), Metrics: telemetry.New(os.Stdout)}
-	lambda.Start(s.Run)
+	st, logger, metrics := cfg.Store(dynamodb.NewFromConfig(awsCfg)), app.Logger(), telemetry.New(os.Stdout)
+	lambda.Start(sweep.Handler(&sweep.Sweeper{Store: st, Log: logger, Metrics: metrics}, &sweep.Purger{Store: st, Log: logger, Metrics: metrics}))
 }
