@@ -110,7 +110,7 @@ func NewStacks(scope constructs.Construct, name, account string, props *awscdk.S
 		sp.Env = &awscdk.Environment{Account: jsii.String(account), Region: jsii.String(region)}
 		stack := NewStack(scope, name+"-"+region, &sp, p)
 		if len(stacks) > 0 {
-			stack.AddDependency(stacks[0], jsii.String("the first Region's stack creates the global table and its replicas"))
+			stack.AddStackDependency(stacks[0], jsii.String("the first Region's stack creates the global table and its replicas"))
 		}
 		stacks = append(stacks, stack)
 	}

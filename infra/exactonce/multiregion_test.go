@@ -28,7 +28,7 @@ func synthRegions(t *testing.T, m MultiRegion, p Props) ([]awscdk.Stack, []map[s
 			s := awscdk.NewStack(app, jsii.String("ExactOnce-"+r), &awscdk.StackProps{Env: &awscdk.Environment{Account: jsii.String("000000000000"), Region: jsii.String(r)}})
 			New(s, "ExactOnce", &p).AddOutputs(s)
 			if len(stacks) > 0 {
-				s.AddDependency(stacks[0], jsii.String("global table"))
+				s.AddStackDependency(stacks[0], jsii.String("global table"))
 			}
 			stacks = append(stacks, s)
 		}
