@@ -103,6 +103,18 @@ func TestPurge(t *testing.T) {
 	if ok, _, err := env.Sweeper.Store.Purge(context.Background(), "future", now.Add(30*time.Hour)); ok || err != nil {
 		t.Fatalf("purged an open action: %v %v", ok, err)
 	}
+	// The sweeper Lambda: a scheduled event sweeps, {"purge": true} purges.
+	h := sweep.Handler(env.Sweeper, p)
+	if out, err := h(context.Background(), []byte(`{"purge":true}`)); err != nil {
+		t.Fatal(err)
+	} else if _, ok := out.(sweep.PurgeResult); !ok {
+		t.Fatalf("purge event ran %T", out)
+	}
+	if out, err := h(context.Background(), []byte(`{"source":"aws.events","detail-type":"Scheduled Event","detail":{}}`)); err != nil {
+		t.Fatal(err)
+	} else if _, ok := out.(sweep.Result); !ok {
+		t.Fatalf("scheduled event ran %T", out)
+	}
 	t.Logf("purge: %d items scanned (%.1f read units), %d deleted with %d DeleteItem (%.1f write units incl. index entries: %.2f per item)",
 		r.Scanned, r.ReadUnits, r.Deleted, ops["DeleteItem"], r.WriteUnits, r.WriteUnits/float64(r.Deleted))
 }
