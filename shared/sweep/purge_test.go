@@ -118,22 +118,3 @@ func TestPurge(t *testing.T) {
 	t.Logf("purge: %d items scanned (%.1f read units), %d deleted with %d DeleteItem (%.1f write units incl. index entries: %.2f per item)",
 		r.Scanned, r.ReadUnits, r.Deleted, ops["DeleteItem"], r.WriteUnits, r.WriteUnits/float64(r.Deleted))
 }
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := map[string]int{}
-	for _, x := range a {
-		m[x]++
-	}
-	for _, x := range b {
-		m[x]--
-	}
-	for _, v := range m {
-		if v != 0 {
-			return false
-		}
-	}
-	return true
-}
