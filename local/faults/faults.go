@@ -232,30 +232,23 @@ func (p *Proxy) SetRates(r Rates) {
 // of them are answered normally, then drop are forwarded and lose their
 // answer (connection closed): a deterministic "the write applied, the
 // caller never heard" for the n-th write of an operation.
-func (p *Proxy) PassThenDrop(pass, drop int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.plan = p.plan[:0]
-	for range pass {
-		p.plan = append(p.plan, none)
-	}
-	for range drop {
-		p.plan = append(p.plan, dropAfter)
-	}
-}
+func (p *Proxy) PassThenDrop(pass, drop int) { p.passThen(pass, drop, dropAfter) }
 
 // PassThenConflict plans the next matching requests, whatever the rates:
 // pass of them are answered normally, then conflicts are answered
 // ReplicatedWriteConflictException without being forwarded (nothing
 // applied), as an MRSC table answers a write racing one from another Region.
-func (p *Proxy) PassThenConflict(pass, conflicts int) {
+func (p *Proxy) PassThenConflict(pass, conflicts int) { p.passThen(pass, conflicts, conflict) }
+
+// passThen plans pass requests answered normally, then n with fault f.
+func (p *Proxy) passThen(pass, n int, f fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.plan = p.plan[:0]
 	for range pass {
 		p.plan = append(p.plan, none)
 	}
-	for range conflicts {
-		p.plan = append(p.plan, conflict)
+	for range n {
+		p.plan = append(p.plan, f)
 	}
 }

@@ -53,12 +53,10 @@ type PurgeResult struct {
 
 // Run purges the table once.
 func (p *Purger) Run(ctx context.Context) (PurgeResult, error) {
-	start := time.Now()
-	now := time.Now
+	start, at := time.Now(), time.Now()
 	if p.Now != nil {
-		now = p.Now
+		at = p.Now()
 	}
-	at := now()
 	ctx, cancel := context.WithDeadline(ctx, (&Sweeper{Budget: p.Budget}).deadline(ctx, start))
 	defer cancel()
 	segments, workers := p.Segments, p.Workers
