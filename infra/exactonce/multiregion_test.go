@@ -2,6 +2,7 @@ package exactonce
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -168,6 +169,20 @@ func TestMultiRegion(t *testing.T) {
 	}
 	if deps := *stacks[1].Dependencies(); len(deps) != 1 || *deps[0].StackName() != *stacks[0].StackName() {
 		t.Errorf("the second Region's stack does not deploy after the first")
+	}
+	// The logical ids are pinned (testdata): a change of one replaces the
+	// resource, and for the global table that is a new, empty table.
+	for i, tmpl := range tmpls {
+		path := moduleRoot + "/infra/exactonce/testdata/stack-ids-mrsc-" + twoAndWitness.Regions[i] + ".txt"
+		if *update {
+			if err := os.WriteFile(path, []byte(idList(tmpl)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if want, err := os.ReadFile(path); err != nil || idList(tmpl) != string(want) {
+			t.Errorf("%s: logical ids differ from testdata (%v) (-want +got):\n%s", twoAndWitness.Regions[i], err, lineDiff(string(want), idList(tmpl)))
+		}
 	}
 	for i, stack := range stacks {
 		must(t, func() {
