@@ -43,6 +43,7 @@ func TestReplicatedWriteConflicts(t *testing.T) {
 	for _, c := range []string{
 		`{"actionId":"c-1","userId":"u"}`, `{"actionId":"x-1","userId":"u"}`, `{"actionId":"e-1","userId":"u"}`,
 		`{"actionId":"p-1","userId":"u","pin":"4821","payload":{"k":"v"}}`, `{"actionId":"p-2","userId":"u","pin":"4821"}`,
+		`{"actionId":"p-3","userId":"u","pin":"4821","payload":{"k":"v"}}`,
 	} {
 		if r := post("/actions", c); r.Status != 201 {
 			t.Fatalf("create %s: %d %s", c, r.Status, r.Raw)
@@ -105,8 +106,23 @@ func TestReplicatedWriteConflicts(t *testing.T) {
 	if r := post("/actions/e-1/consume", ""); r.Status != 200 {
 		t.Fatalf("retry after the 503: %d %s", r.Status, r.Raw)
 	}
-	// Each conflict was retried by the SDK but the third of the exhausted consume.
-	t.Logf("planned: %d conflicts injected, %d retried by the SDK, 8 calls answered (7 as without a conflict, 1 503 then 200 on the caller's retry); proxy: %s", injected, injected-1, proxy)
+	// A right PIN whose consuming write meets a conflict on every attempt:
+	// 503 after its attempt was reserved; the keyed retry finds its own
+	// reservation, consumes once and returns the payload, counting no guess.
+	r = conflict("right PIN, consuming write, every attempt", 1, 3, func() *testkit.Response {
+		return post("/actions/p-3/consume", `{"pin":"4821"}`, "Idempotency-Key", "pk-3")
+	}, 503)
+	if g := get("p-3"); g.Str("state") != "active" {
+		t.Fatalf("a 503 consumed: %s", g.Raw)
+	}
+	if r := post("/actions/p-3/consume", `{"pin":"4821"}`, "Idempotency-Key", "pk-3"); r.Status != 200 || r.Body["payload"] == nil {
+		t.Fatalf("keyed retry after the 503: %d %s", r.Status, r.Raw)
+	} else if g := get("p-3"); g.Str("consumedAt") != r.Str("consumedAt") || g.Body["pinAttemptsRemaining"] != 3.0 {
+		t.Fatalf("keyed retry answered %s, item %s", r.Raw, g.Raw)
+	}
+	// Each conflict was retried by the SDK but the third of each exhausted call.
+	t.Logf("planned: %d conflicts injected, %d retried by the SDK; 8 calls met them: 6 answered as without a conflict, 2 exhausted the SDK's 3 attempts (503, the consume not applied) and their caller's keyed retry got 200; proxy: %s",
+		injected, injected-2, proxy)
 }
 
 // TestReplicatedWriteConflictRace: 40 actions, each consumed by two racing
