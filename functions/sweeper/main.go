@@ -29,5 +29,9 @@ func main() {
 		log.Fatal(err)
 	}
 	st, logger, metrics := cfg.Store(dynamodb.NewFromConfig(awsCfg)), app.Logger(), telemetry.New(os.Stdout)
-	lambda.Start(sweep.Handler(&sweep.Sweeper{Store: st, Log: logger, Metrics: metrics}, &sweep.Purger{Store: st, Log: logger, Metrics: metrics}))
+	// A sweep keeps its 50 s budget where the function's timeout is the
+	// purge's 15 minutes (multi-Region stacks), so a sweep never holds one of
+	// the two reserved slots for long; the purge's budget is the timeout's.
+	sweeper := &sweep.Sweeper{Store: st, Log: logger, Metrics: metrics, Budget: sweep.DefaultBudget}
+	lambda.Start(sweep.Handler(sweeper, &sweep.Purger{Store: st, Log: logger, Metrics: metrics}))
 }
