@@ -112,8 +112,8 @@ func TestReplicatedWriteConflicts(t *testing.T) {
 	r = conflict("right PIN, consuming write, every attempt", 1, 3, func() *testkit.Response {
 		return post("/actions/p-3/consume", `{"pin":"4821"}`, "Idempotency-Key", "pk-3")
 	}, 503)
-	if g := get("p-3"); g.Str("state") != "active" {
-		t.Fatalf("a 503 consumed: %s", g.Raw)
+	if g := get("p-3"); g.Str("state") != "active" || r.Str("error") != "unavailable" {
+		t.Fatalf("a 503 (%s) consumed: %s", r.Raw, g.Raw)
 	}
 	if r := post("/actions/p-3/consume", `{"pin":"4821"}`, "Idempotency-Key", "pk-3"); r.Status != 200 || r.Body["payload"] == nil {
 		t.Fatalf("keyed retry after the 503: %d %s", r.Status, r.Raw)
