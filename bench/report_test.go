@@ -707,6 +707,8 @@ func (r *report) markdown() string {
 	row("action that expires (+ its `action.expired` event)", sw.Expiring, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionExpiring))
 	row("action consumed or canceled before it fell due", sw.Finished, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionFinished))
 	row("idle run (nothing due; 60 an hour, + 60 Lambda requests)", sw.Idle, fmt.Sprintf("%.6f per idle hour", sw.DollarsPerIdleHour))
+	row("item deleted by the daily purge (multi-Region tables have no TTL; its Scan's reads here cover only due items; per Region running it)", sw.Purge,
+		fmt.Sprintf("%.3f per million", sw.DollarsPerMillionPurged))
 	return b.String()
 }
 

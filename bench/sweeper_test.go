@@ -29,7 +29,15 @@ type sweeperCost struct {
 	// One sweep with nothing due.
 	Idle sweepUse `json:"idleRun"`
 
+	// Purge is, per item deleted, the daily purge of a multi-Region (MRSC)
+	// table, which has no TTL: its Scan (read units of every item it reads:
+	// here every item was due) and one conditional DeleteItem, with the
+	// item's index entries. Per Region that runs it; a replicated delete is
+	// billed in every replica Region.
+	Purge sweepUse `json:"perPurgedItem"`
+
 	DollarsPerMillionExpiring float64 `json:"dollarsPerMillionExpiring"`
+	DollarsPerMillionPurged   float64 `json:"dollarsPerMillionPurged"`
 	DollarsPerMillionFinished float64 `json:"dollarsPerMillionFinished"`
 	DollarsPerIdleHour        float64 `json:"dollarsPerIdleHour"`
 }
@@ -138,12 +146,30 @@ func sweeperCosts(t *testing.T, env *testkit.Env) sweeperCost {
 	c.Finished = per(measure(0, minuteB.Add(time.Minute), minuteB.Add(2*time.Minute), minuteB.Add(3*time.Minute)), n)
 	c.Idle = measure(0, minuteB.Add(10*time.Minute))
 
+	// The purge: every action of both scenarios is finished; one run past
+	// their retention deletes each with one conditional DeleteItem.
+	counter.Take()
+	capacity.Take()
+	pr, err := (&sweep.Purger{Store: st, Budget: 5 * time.Minute, Now: func() time.Time { return minuteB.Add(store.DefaultRetention + time.Hour) }}).Run(ctx)
+	if err != nil || pr.Deleted != 2*n {
+		t.Errorf("purge: %+v %v, want %d deleted", pr, err, 2*n)
+	}
+	t.Logf("purge: %+v", pr)
+	pu := sweepUse{Requests: map[string]float64{}, ReadUnits: pr.ReadUnits, RunMs: float64(pr.DurationMs)}
+	for op, c := range counter.Take() {
+		pu.Requests[op] = float64(c)
+	}
+	del := capacity.Take()["DeleteItem"]
+	pu.WriteUnits, pu.IndexWrites = del.Table, del.Index
+	c.Purge = per(pu, max(pr.Deleted, 1))
+
 	gbs := 0.256 * Prices.LambdaPerGBSecondARM // per second of a 256 MB sweeper
 	dollars := func(u sweepUse) float64 {
 		return u.WriteUnits*Prices.DynamoWRUPerMillion/1e6 + u.ReadUnits*Prices.DynamoRRUPerMillion/1e6 + u.RunMs/1000*gbs
 	}
 	c.DollarsPerMillionExpiring = round(dollars(c.Expiring)*1e6+Prices.EventBridgePerMillion, 3) // + its action.expired event
 	c.DollarsPerMillionFinished = round(dollars(c.Finished)*1e6, 3)
+	c.DollarsPerMillionPurged = round((dollars(c.Purge)+c.Purge.IndexWrites*Prices.DynamoWRUPerMillion/1e6)*1e6, 3)
 	c.DollarsPerIdleHour = round(60*(dollars(c.Idle)+Prices.LambdaPerMillion/1e6), 6)
 	return c
 }

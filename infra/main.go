@@ -18,6 +18,12 @@
 //	exactonce:tenants      tenant map, JSON {"tenant": ["principal pattern", ...]} (default: one tenant)
 //	exactonce:tenantClaim  JWT claim matched against the tenant map (auth=jwt; default sub)
 //	exactonce:exampleSubscriberTenant  the example subscriber's rule takes only this tenant's events
+//	exactonce:regions      comma-separated replica Regions: one stack per Region on one MRSC global table
+//	                       (two with exactonce:witnessRegion, or three); unset: the single-Region stack
+//	exactonce:witnessRegion  the MRSC witness Region (with two exactonce:regions)
+//	exactonce:tableName    the global table's name (with exactonce:regions; default <stackName>-actions)
+//	exactonce:account      the account of the multi-Region stacks (default: $CDK_DEFAULT_ACCOUNT, which the
+//	                       CDK CLI sets from your credentials; without either, the placeholder 000000000000)
 package main
 
 import (
@@ -65,7 +71,8 @@ func main() {
 		os.Exit(1)
 	}
 	name := contextString(app, "exactonce:stackName", "ExactOnce")
-	NewStack(app, name, &awscdk.StackProps{Description: jsii.String("ExactOnce: actions consumed exactly once")}, props)
+	account := contextString(app, "exactonce:account", os.Getenv("CDK_DEFAULT_ACCOUNT"))
+	NewStacks(app, name, account, &awscdk.StackProps{Description: jsii.String("ExactOnce: actions consumed exactly once")}, props)
 	awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{Verbose: jsii.Bool(true)}), nil)
 	app.Synth(nil)
 }
@@ -78,6 +85,36 @@ func NewStack(scope constructs.Construct, id string, props *awscdk.StackProps, p
 	p.StackLogicalIds = true
 	exactonce.New(stack, "ExactOnce", &p).AddOutputs(stack)
 	return stack
+}
+
+// PlaceholderAccount is the account of the multi-Region stacks when neither
+// exactonce:account nor $CDK_DEFAULT_ACCOUNT names one: synth works offline,
+// and a deploy with it stops before changing anything (the CLI refuses
+// credentials of another account).
+const PlaceholderAccount = "000000000000"
+
+// NewStacks is the standalone app's stacks: the single-Region stack "name",
+// or with p.MultiRegion one stack per Region, "name-<region>", each in that
+// Region of account (PlaceholderAccount when ""), every other one after the
+// first Region's, which creates the global table.
+func NewStacks(scope constructs.Construct, name, account string, props *awscdk.StackProps, p exactonce.Props) []awscdk.Stack {
+	if p.MultiRegion == nil {
+		return []awscdk.Stack{NewStack(scope, name, props, p)}
+	}
+	if account == "" {
+		account = PlaceholderAccount
+	}
+	var stacks []awscdk.Stack
+	for _, region := range p.MultiRegion.Regions {
+		sp := *props
+		sp.Env = &awscdk.Environment{Account: jsii.String(account), Region: jsii.String(region)}
+		stack := NewStack(scope, name+"-"+region, &sp, p)
+		if len(stacks) > 0 {
+			stack.AddStackDependency(stacks[0], jsii.String("the first Region's stack creates the global table and its replicas"))
+		}
+		stacks = append(stacks, stack)
+	}
+	return stacks
 }
 
 // propsFrom reads the construct's props from CDK context (all but Code).
@@ -117,6 +154,18 @@ func propsFrom(app awscdk.App) (exactonce.Props, error) {
 			return p, fmt.Errorf("exactonce:expiryShards must be a whole number from 1 to 1000, not %q", v)
 		}
 		p.ExpiryShards = n
+	}
+	if regions := contextString(app, "exactonce:regions", ""); regions != "" {
+		p.MultiRegion = &exactonce.MultiRegion{
+			Regions:       strings.Split(strings.ReplaceAll(regions, " ", ""), ","),
+			WitnessRegion: contextString(app, "exactonce:witnessRegion", ""),
+			TableName:     contextString(app, "exactonce:tableName", contextString(app, "exactonce:stackName", "ExactOnce")+"-actions"),
+		}
+		if err := p.MultiRegion.Validate(); err != nil {
+			return p, fmt.Errorf("exactonce:regions: %w", err)
+		}
+	} else if contextString(app, "exactonce:witnessRegion", "") != "" {
+		return p, fmt.Errorf("exactonce:witnessRegion needs exactonce:regions")
 	}
 	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
 		p.JwtAudience = strings.Split(aud, ",")

@@ -43,15 +43,56 @@ func TestPropsFrom(t *testing.T) {
 		t.Fatalf("string tenant map / defaults: %+v, %v", p, err)
 	}
 	for ctx, wantErr := range map[string]string{
-		"exactonce:auth=ldap":         "exactonce:auth must be iam or jwt",
-		"exactonce:auth=jwt":          "needs exactonce:jwtIssuer",
-		"exactonce:expiryShards=0":    "from 1 to 1000",
-		`exactonce:tenants={"a":[]}`:  "no principal patterns",
-		"exactonce:expiryShards=many": "whole number",
+		"exactonce:auth=ldap":                             "exactonce:auth must be iam or jwt",
+		"exactonce:auth=jwt":                              "needs exactonce:jwtIssuer",
+		"exactonce:expiryShards=0":                        "from 1 to 1000",
+		`exactonce:tenants={"a":[]}`:                      "no principal patterns",
+		"exactonce:expiryShards=many":                     "whole number",
+		"exactonce:witnessRegion=us-west-2":               "needs exactonce:regions",
+		"exactonce:regions=us-east-1,us-east-2":           "needs 3 Regions, or 2 and a WitnessRegion",
+		"exactonce:regions=us-east-1,eu-west-1,us-west-2": "not in one MRSC Region set",
 	} {
 		k, v, _ := strings.Cut(ctx, "=")
 		if _, err := propsFrom(app(map[string]any{k: v})); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("%s: %v, want %q", ctx, err, wantErr)
 		}
+	}
+}
+
+// TestMultiRegionStacks: exactonce:regions and exactonce:witnessRegion make
+// one stack per Region, in the account given (or the placeholder), the
+// later ones deployed after the first, on one table named after the stack.
+func TestMultiRegionStacks(t *testing.T) {
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir()), Context: &map[string]any{
+		"exactonce:regions": "us-east-1, us-east-2", "exactonce:witnessRegion": "us-west-2", "exactonce:stackName": "Shop",
+	}})
+	p, err := propsFrom(app)
+	want := exactonce.MultiRegion{Regions: []string{"us-east-1", "us-east-2"}, WitnessRegion: "us-west-2", TableName: "Shop-actions"}
+	if err != nil || p.MultiRegion == nil || !reflect.DeepEqual(*p.MultiRegion, want) {
+		t.Fatalf("props %+v, %v", p.MultiRegion, err)
+	}
+	dir := t.TempDir()
+	for _, f := range exactonce.Functions {
+		if err := os.MkdirAll(dir+"/"+f, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir+"/"+f+"/bootstrap", []byte(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Code = exactonce.AssetCode(dir)
+	stacks := NewStacks(app, "Shop", "", &awscdk.StackProps{}, p)
+	var got []string
+	for _, s := range stacks {
+		got = append(got, *s.StackName()+" "+*s.Account()+" "+*s.Region())
+	}
+	if strings.Join(got, ", ") != "Shop-us-east-1 000000000000 us-east-1, Shop-us-east-2 000000000000 us-east-2" {
+		t.Errorf("stacks: %v", got)
+	}
+	if deps := *stacks[1].Dependencies(); len(deps) != 1 || *deps[0].StackName() != "Shop-us-east-1" {
+		t.Errorf("Shop-us-east-2 does not deploy after Shop-us-east-1")
+	}
+	if s := NewStacks(awscdk.NewApp(nil), "One", "", &awscdk.StackProps{}, exactonce.Props{Code: p.Code}); len(s) != 1 || *s[0].StackName() != "One" {
+		t.Errorf("without regions: %d stacks", len(s))
 	}
 }

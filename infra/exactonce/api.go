@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -63,7 +62,7 @@ type Api struct {
 	auth      Auth
 }
 
-func newApi(b *build, scope constructs.Construct, table awsdynamodb.Table, secret awssecretsmanager.Secret) *Api {
+func newApi(b *build, scope constructs.Construct, table awsdynamodb.ITable, secret secretRef) *Api {
 	a := &Api{Construct: b.part(scope, "Api", false), Routes: map[string]awsapigatewayv2.HttpRoute{}, auth: b.Auth}
 
 	// IAM (SigV4) on every route unless JWT is chosen.
@@ -95,7 +94,7 @@ func newApi(b *build, scope constructs.Construct, table awsdynamodb.Table, secre
 	for _, r := range Routes {
 		env := b.tableEnv(table)
 		if r.Secret {
-			env["EXACTONCE_SECRET_ARN"] = secret.SecretArn()
+			env["EXACTONCE_SECRET_ARN"] = secret.id
 		}
 		if b.Tenants != nil {
 			env[config.EnvTenants] = jsii.String(b.tenantsJSON())
@@ -118,7 +117,7 @@ func newApi(b *build, scope constructs.Construct, table awsdynamodb.Table, secre
 			fn.allow([]string{"dynamodb:Query"}, jsii.String(*table.TableArn()+"/index/"+store.UserIndex))
 		}
 		if r.Secret {
-			fn.allow([]string{"secretsmanager:GetSecretValue"}, secret.SecretArn())
+			fn.allow([]string{"secretsmanager:GetSecretValue"}, secret.policyArn)
 		}
 		route := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),

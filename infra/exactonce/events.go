@@ -28,7 +28,7 @@ type EventPipeline struct {
 	Republish      *Function
 }
 
-func newEventPipeline(b *build, scope constructs.Construct, table awsdynamodb.Table) *EventPipeline {
+func newEventPipeline(b *build, scope constructs.Construct, table awsdynamodb.ITable) *EventPipeline {
 	p := &EventPipeline{Construct: b.part(scope, "Events", false)}
 	var name *string // the CDK names a bus by its unique id (Names.uniqueId), from its path
 	if b.StackLogicalIds {
@@ -60,7 +60,7 @@ func newEventPipeline(b *build, scope constructs.Construct, table awsdynamodb.Ta
 // from invoking the publisher at all: only action images have userId (a
 // string; an item with another type of userId, which the API never writes,
 // is filtered out too and left to republish, which reports it).
-func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.Table, bus awsevents.EventBus, onFailure awssqs.Queue) *Function {
+func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.ITable, bus awsevents.EventBus, onFailure awssqs.Queue) *Function {
 	publisher := newFunction(b, scope, "publisher", map[string]*string{
 		"EVENT_BUS_NAME":       bus.EventBusName(),
 		"EVENT_SOURCE":         jsii.String(b.EventSource),
@@ -99,7 +99,7 @@ func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.Tabl
 // republishFunction is the Lambda an operator invokes to rebuild a time
 // window's events from the table (functions/republish): a parallel Scan of
 // the table and PutEvents on the bus, nothing else.
-func republishFunction(b *build, scope constructs.Construct, table awsdynamodb.Table, bus awsevents.EventBus) *Function {
+func republishFunction(b *build, scope constructs.Construct, table awsdynamodb.ITable, bus awsevents.EventBus) *Function {
 	fn := newFunction(b, scope, "republish", map[string]*string{
 		"TABLE_NAME":     table.TableName(),
 		"EVENT_BUS_NAME": bus.EventBusName(),

@@ -98,6 +98,10 @@ type Props struct {
 	// TenantClaim is the JWT claim matched against the map; "" means sub
 	// (exactonce:tenantClaim).
 	TenantClaim string
+	// MultiRegion, when set, deploys this Region's part of a multi-Region
+	// ExactOnce on one MRSC global table (exactonce:regions,
+	// exactonce:witnessRegion); nil is a single-Region table.
+	MultiRegion *MultiRegion
 	// StackLogicalIds gives every resource the logical id it has in the
 	// standalone ExactOnce stack, as if it were created directly in the
 	// stack and not under this construct and its parts. Set it where a stack
@@ -129,6 +133,9 @@ func (p *Props) Validate() error {
 			return fmt.Errorf("exactonce: Tenants: %w", err)
 		}
 	}
+	if p.MultiRegion != nil {
+		return p.MultiRegion.Validate()
+	}
 	return nil
 }
 
@@ -148,10 +155,19 @@ func (p *Props) tenantsJSON() string {
 type ExactOnce struct {
 	constructs.Construct
 
-	// Table is the actions table (stream: NEW_AND_OLD_IMAGES).
+	// Table is the actions table (stream: NEW_AND_OLD_IMAGES); nil with
+	// Props.MultiRegion (see RegionTable, TablePart.Global).
 	Table awsdynamodb.Table
-	// Secret is the server secret (PIN HMAC and payload keys derive from it).
+	// RegionTable is the table this Region's functions use: Table, or with
+	// Props.MultiRegion this Region's replica of the global table.
+	RegionTable awsdynamodb.ITable
+	// Secret is the server secret (PIN HMAC and payload keys derive from it);
+	// with Props.MultiRegion only in the first Region's stack, which
+	// replicates it to the others (see RegionSecret).
 	Secret awssecretsmanager.Secret
+	// RegionSecret is the secret this Region's functions read: Secret, or
+	// with Props.MultiRegion this Region's replica of it.
+	RegionSecret awssecretsmanager.ISecret
 	// Api is the HTTP API; ApiUrl its endpoint.
 	Api awsapigatewayv2.HttpApi
 	// Bus is the event bus the events are published on.
@@ -222,11 +238,12 @@ func New(scope constructs.Construct, id string, props *Props) *ExactOnce {
 	e := &ExactOnce{Construct: root, Functions: map[string]awslambda.Function{}, source: p.EventSource}
 
 	e.TablePart = newTable(b, root)
-	e.Table = e.TablePart.Table
-	e.Secret = newServerSecret(b, root)
-	e.ApiPart = newApi(b, root, e.Table, e.Secret)
+	e.Table, e.RegionTable = e.TablePart.Table, e.TablePart.Ref
+	var secret secretRef
+	e.Secret, e.RegionSecret, secret = newServerSecret(b, root)
+	e.ApiPart = newApi(b, root, e.RegionTable, secret)
 	e.Api = e.ApiPart.Api
-	e.Events = newEventPipeline(b, root, e.Table)
+	e.Events = newEventPipeline(b, root, e.RegionTable)
 	e.Bus, e.OnFailureQueue = e.Events.Bus, e.Events.OnFailureQueue
 	e.Expiry = newExpiry(b, root, e.TablePart)
 	if p.ExampleSubscriber {
@@ -254,23 +271,47 @@ func (e *ExactOnce) functions() []*Function {
 	return fns
 }
 
+// secretRef is how a function names the server secret (EXACTONCE_SECRET_ARN:
+// its ARN, or the name of a replica) and what its policy allows.
+type secretRef struct{ id, policyArn *string }
+
 // newServerSecret is the server secret: PIN HMAC and payload encryption
-// keys are derived from it.
-func newServerSecret(b *build, scope constructs.Construct) awssecretsmanager.Secret {
-	secret := awssecretsmanager.NewSecret(scope, jsii.String("ServerSecret"), &awssecretsmanager.SecretProps{
+// keys are derived from it. With MultiRegion every Region must hold the same
+// secret (an action's PIN and payload are checked and opened in whichever
+// Region a caller reaches): the first Region's stack creates it, named
+// after the table, replicated by Secrets Manager to the other Regions, whose
+// stacks refer to their replica by name (the returned Secret is then nil).
+func newServerSecret(b *build, scope constructs.Construct) (awssecretsmanager.Secret, awssecretsmanager.ISecret, secretRef) {
+	props := &awssecretsmanager.SecretProps{
 		Description: jsii.String("ExactOnce server secret: PIN HMAC and payload encryption keys are derived from it"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength:     jsii.Number(64),
 			ExcludePunctuation: jsii.Bool(true),
 		},
 		RemovalPolicy: b.removal,
-	})
+	}
+	if m := b.MultiRegion; m != nil {
+		name := jsii.String(m.TableName + "/server")
+		if stack := awscdk.Stack_Of(scope); *stack.Region() != m.Regions[0] {
+			// A replica keeps the name and the random suffix of the ARN.
+			arn := stack.FormatArn(&awscdk.ArnComponents{Service: jsii.String("secretsmanager"), Resource: jsii.String("secret"),
+				ResourceName: jsii.String(*name + "-??????"), ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME})
+			return nil, awssecretsmanager.Secret_FromSecretNameV2(scope, jsii.String("ServerSecret"), name), secretRef{name, arn}
+		}
+		props.SecretName = name
+		replicas := []*awssecretsmanager.ReplicaRegion{}
+		for _, r := range m.Regions[1:] {
+			replicas = append(replicas, &awssecretsmanager.ReplicaRegion{Region: jsii.String(r)})
+		}
+		props.ReplicaRegions = &replicas
+	}
+	secret := awssecretsmanager.NewSecret(scope, jsii.String("ServerSecret"), props)
 	cdknag.NagSuppressions_AddResourceSuppressions(secret, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-SMG4"),
 		Reason: jsii.String("Rotating the server secret needs the old value kept beside the new one ({\"current\",\"previous\"}) " +
 			"so sealed payloads and PIN hashes stay usable; a single-value rotation Lambda would break them. Rotation is a documented manual step."),
 	}}, jsii.Bool(false))
-	return secret
+	return secret, secret, secretRef{secret.SecretArn(), secret.SecretArn()}
 }
 
 // GrantInvoke lets grantee call one route, named by its function (see
@@ -337,7 +378,7 @@ func (e *ExactOnce) AddOutputs(scope constructs.Construct) {
 		awscdk.NewCfnOutput(scope, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(what)})
 	}
 	out("ApiUrl", e.Api.ApiEndpoint(), "HTTPS endpoint of the actions API")
-	out("TableName", e.Table.TableName(), "DynamoDB table of actions")
+	out("TableName", e.RegionTable.TableName(), "DynamoDB table of actions")
 	out("EventBusName", e.Bus.EventBusName(), "EventBridge bus the events are published on")
 	out("EventBusArn", e.Bus.EventBusArn(), "ARN of the event bus")
 	out("OnFailureQueueUrl", e.OnFailureQueue.QueueUrl(), "SQS queue of stream records that could not be published")
@@ -348,7 +389,7 @@ func (e *ExactOnce) AddOutputs(scope constructs.Construct) {
 }
 
 // tableEnv is what every function that reads or writes actions gets.
-func (b *build) tableEnv(table awsdynamodb.Table) map[string]*string {
+func (b *build) tableEnv(table awsdynamodb.ITable) map[string]*string {
 	return map[string]*string{
 		"TABLE_NAME":     table.TableName(),
 		config.EnvShards: jsii.String(strconv.Itoa(b.shards)),

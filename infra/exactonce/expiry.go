@@ -16,15 +16,23 @@ type Expiry struct {
 	constructs.Construct
 	Sweeper  *Function
 	Schedule awsevents.Rule
+	// PurgeSchedule runs the sweeper's purge once a day (Props.MultiRegion
+	// only: MRSC has no TTL): one conditional DeleteItem per item whose
+	// retention ("ttl") has passed. Nil in a single Region.
+	PurgeSchedule awsevents.Rule
 }
 
 func newExpiry(b *build, scope constructs.Construct, table *Table) *Expiry {
 	x := &Expiry{Construct: b.part(scope, "Expiry", false)}
-	x.Sweeper = newFunction(b, x.Construct, "sweeper", b.tableEnv(table.Table), sweeperMemoryMB, sweeperTimeout)
+	timeout := float64(sweeperTimeout)
+	if b.MultiRegion != nil {
+		timeout = purgeTimeout
+	}
+	x.Sweeper = newFunction(b, x.Construct, "sweeper", b.tableEnv(table.Ref), sweeperMemoryMB, timeout)
 	x.Sweeper.reserve(sweeperReservedConcurrency)
 	x.Sweeper.allow([]string{"dynamodb:Query"}, table.ExpiryIndexArn)
 	// GetItem/UpdateItem: its watermarks and Expire; BatchGetItem: skip finished actions.
-	x.Sweeper.allow([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, table.Table.TableArn())
+	x.Sweeper.allow([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, table.Ref.TableArn())
 	x.Schedule = awsevents.NewRule(x.Construct, jsii.String("SweepSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Runs the ExactOnce expiry sweeper every minute"),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
@@ -33,5 +41,19 @@ func newExpiry(b *build, scope constructs.Construct, table *Table) *Expiry {
 		})},
 	})
 	x.Sweeper.Function.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{RetryAttempts: jsii.Number(0)})
+	if b.MultiRegion != nil {
+		// Safe in every Region at once: each delete is conditional on the
+		// item's ttl having passed, so a second Region's delete of the same
+		// item changes nothing, and an item whose ttl moved on is kept.
+		x.Sweeper.allow([]string{"dynamodb:Scan", "dynamodb:DeleteItem"}, table.Ref.TableArn())
+		x.PurgeSchedule = awsevents.NewRule(x.Construct, jsii.String("PurgeSchedule"), &awsevents.RuleProps{
+			Description: jsii.String("Runs the ExactOnce purge once a day: deletes items past their retention (MRSC tables have no TTL)"),
+			Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Days(jsii.Number(1))),
+			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(x.Sweeper.Function, &awseventstargets.LambdaFunctionProps{
+				Event:         awsevents.RuleTargetInput_FromObject(map[string]any{"purge": true}),
+				RetryAttempts: jsii.Number(0), // the next day's run is the retry
+			})},
+		})
+	}
 	return x
 }

@@ -21,7 +21,8 @@ const (
 	publisherMemory  = 256
 	publisherTimeout = 60 // a stream batch of 100 records, PutEvents retries with backoff
 	sweeperMemoryMB  = 256
-	sweeperTimeout   = 60 // one sweep: its budget ends 10 s before this, the next run starts a minute later
+	sweeperTimeout   = 60  // one sweep: its budget ends 10 s before this, the next run starts a minute later
+	purgeTimeout     = 900 // MultiRegion: the sweeper also runs the daily purge, a Scan of the table (Lambda's limit)
 	auditMemoryMB    = 128
 	auditTimeout     = 10 // one event: a claim, a log line, a done write
 	republishMemory  = 512

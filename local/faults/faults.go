@@ -2,7 +2,9 @@
 // (DynamoDB, EventBridge) on loopback: in front of DynamoDB Local or the
 // local bus it answers some requests with throttling or a 500 without
 // forwarding them, and forwards others but drops the connection instead of
-// returning the answer, so the caller cannot know the write was applied.
+// returning the answer, so the caller cannot know the write was applied. It
+// can also answer ReplicatedWriteConflictException without forwarding, as an
+// MRSC table does to a write on an item another Region is modifying.
 package faults
 
 import (
@@ -23,11 +25,12 @@ type Rates struct {
 	Throttle    float64 // 400 ThrottlingException, not forwarded
 	ServerError float64 // 500 InternalServerError, not forwarded
 	DropAfter   float64 // forwarded, then the connection is closed unanswered
+	Conflict    float64 // 400 ReplicatedWriteConflictException, not forwarded
 }
 
 // Counts are the faults injected so far.
 type Counts struct {
-	Requests, Throttled, ServerErrors, Dropped, Unavailable int64
+	Requests, Throttled, ServerErrors, Dropped, Unavailable, Conflicts int64
 }
 
 // Proxy forwards to Target, injecting faults into requests whose
@@ -39,10 +42,10 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
-	counts struct{ requests, throttled, serverErrors, dropped, unavailable atomic.Int64 }
+	counts struct{ requests, throttled, serverErrors, dropped, unavailable, conflicts atomic.Int64 }
 	down   atomic.Bool
 	lose   atomic.Bool
-	plan   []bool // the next matching requests: true drops the answer, false passes
+	plan   []fault // the next matching requests' faults (none passes)
 	client *http.Client
 	srv    *http.Server
 	// URL is the proxy's endpoint.
@@ -71,7 +74,8 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 // Counts returns the faults injected so far.
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
-		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load()}
+		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load(),
+		Conflicts: p.counts.conflicts.Load()}
 }
 
 // Down makes the target unavailable (true) or available again (false): while
@@ -85,7 +89,8 @@ func (p *Proxy) Lose(lose bool) { p.lose.Store(lose) }
 
 func (p *Proxy) String() string {
 	c := p.Counts()
-	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable", c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable)
+	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable, %d write conflicts",
+		c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable, c.Conflicts)
 }
 
 type fault int
@@ -96,6 +101,7 @@ const (
 	throttle
 	serverError
 	dropAfter
+	conflict
 )
 
 func (p *Proxy) pick(r *http.Request) fault {
@@ -114,13 +120,10 @@ func (p *Proxy) pick(r *http.Request) fault {
 	}
 	p.mu.Lock()
 	if len(p.plan) > 0 {
-		drop := p.plan[0]
+		f := p.plan[0]
 		p.plan = p.plan[1:]
 		p.mu.Unlock()
-		if drop {
-			return dropAfter
-		}
-		return none
+		return f
 	}
 	x := p.rnd.Float64()
 	rt := p.Rates
@@ -132,6 +135,8 @@ func (p *Proxy) pick(r *http.Request) fault {
 		return serverError
 	case x < rt.Throttle+rt.ServerError+rt.DropAfter:
 		return dropAfter
+	case x < rt.Throttle+rt.ServerError+rt.DropAfter+rt.Conflict:
+		return conflict
 	}
 	return none
 }
@@ -168,6 +173,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case serverError:
 		p.counts.serverErrors.Add(1)
 		awsError(w, http.StatusInternalServerError, "com.amazonaws.dynamodb.v20120810#InternalServerError", "Internal server error")
+		return
+	case conflict:
+		p.counts.conflicts.Add(1)
+		awsError(w, http.StatusBadRequest, "com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException",
+			"One or more items in this request are being modified by a request in another Region.")
 		return
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.Target+r.URL.RequestURI(), bytes.NewReader(body))
@@ -222,14 +232,23 @@ func (p *Proxy) SetRates(r Rates) {
 // of them are answered normally, then drop are forwarded and lose their
 // answer (connection closed): a deterministic "the write applied, the
 // caller never heard" for the n-th write of an operation.
-func (p *Proxy) PassThenDrop(pass, drop int) {
+func (p *Proxy) PassThenDrop(pass, drop int) { p.passThen(pass, drop, dropAfter) }
+
+// PassThenConflict plans the next matching requests, whatever the rates:
+// pass of them are answered normally, then conflicts are answered
+// ReplicatedWriteConflictException without being forwarded (nothing
+// applied), as an MRSC table answers a write racing one from another Region.
+func (p *Proxy) PassThenConflict(pass, conflicts int) { p.passThen(pass, conflicts, conflict) }
+
+// passThen plans pass requests answered normally, then n with fault f.
+func (p *Proxy) passThen(pass, n int, f fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.plan = p.plan[:0]
 	for range pass {
-		p.plan = append(p.plan, false)
+		p.plan = append(p.plan, none)
 	}
-	for range drop {
-		p.plan = append(p.plan, true)
+	for range n {
+		p.plan = append(p.plan, f)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -111,11 +112,26 @@ func HTTPClient() *awshttp.BuildableClient {
 	})
 }
 
+// ReplicatedWriteConflict is the error code DynamoDB answers, on a
+// multi-Region strongly consistent (MRSC) table, to a write on an item that a
+// request in another Region is modifying at that moment. The write was not
+// applied, so it is safe to retry (the SDK models mark it retry-safe), but
+// the Go SDK's standard retryer does not retry it by itself.
+const ReplicatedWriteConflict = "ReplicatedWriteConflictException"
+
+// Retryer is every ExactOnce SDK client's retryer: the SDK's standard one
+// (capped exponential backoff with jitter, 3 attempts, a retry quota), which
+// also retries ReplicatedWriteConflict. A new one per call, as
+// aws.Config.Retryer wants (each client its own quota).
+func Retryer() aws.Retryer {
+	return retry.AddWithErrorCodes(retry.NewStandard(), ReplicatedWriteConflict)
+}
+
 // AWS loads the default SDK configuration (Lambda's role credentials and
-// region), traced with X-Ray in builds with the xray tag.
+// region), traced with X-Ray in builds with the xray tag, with Retryer.
 // AWS_ENDPOINT_URL_<SERVICE> variables point a service elsewhere.
 func AWS(ctx context.Context) (aws.Config, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(HTTPClient()))
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(HTTPClient()), awsconfig.WithRetryer(Retryer))
 	if err != nil {
 		return cfg, err
 	}
@@ -124,10 +140,12 @@ func AWS(ctx context.Context) (aws.Config, error) {
 }
 
 // Local is an SDK configuration for a local endpoint (DynamoDB Local, a fake
-// AWS API): static dummy credentials, a fixed region, the given endpoint.
+// AWS API): static dummy credentials, a fixed region, the given endpoint,
+// Retryer.
 func Local(endpoint string) aws.Config {
 	return aws.Config{
 		Region:       "us-east-1",
+		Retryer:      Retryer,
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   HTTPClient(),

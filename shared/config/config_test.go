@@ -1,8 +1,12 @@
 package config
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 func TestLoad(t *testing.T) {
@@ -30,6 +34,33 @@ func TestLoad(t *testing.T) {
 	} {
 		if _, err := Load(env(bad...)); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestRetryerReplicatedWriteConflict: the SDK configuration every function
+// (AWS) and the local server (Local) build their clients from retries an
+// MRSC write conflict, and still what the standard retryer retries, and not
+// a failed condition.
+func TestRetryerReplicatedWriteConflict(t *testing.T) {
+	t.Setenv("AWS_REGION", "us-east-1")
+	cfg, err := AWS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]aws.Config{"AWS": cfg, "Local": Local("http://127.0.0.1:1")} {
+		if c.Retryer == nil {
+			t.Fatalf("%s: no retryer", name)
+		}
+		r := c.Retryer()
+		for err, want := range map[error]bool{
+			&types.ReplicatedWriteConflictException{Message: aws.String("another Region")}: true,
+			&types.ProvisionedThroughputExceededException{}:                                true,
+			&types.ConditionalCheckFailedException{}:                                       false,
+		} {
+			if got := r.IsErrorRetryable(err); got != want {
+				t.Errorf("%s: %T retryable %v, want %v", name, err, got, want)
+			}
 		}
 	}
 }

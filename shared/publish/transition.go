@@ -2,6 +2,13 @@
 // stream, into EventBridge events: the outbox vertex of the
 // effectively-once triangle. An event exists if and only if its write
 // committed, and its id is deterministic, so redelivery is harmless.
+//
+// Multi-Region (an MRSC global table): every Region's publisher reads its
+// own replica's stream, which carries the same records, and publishes every
+// transition, whichever Region made it, to its own bus with the same ids. An
+// event so survives the loss of any one Region, with no publisher failover;
+// a subscriber of several buses de-duplicates by id. The purge's deletes
+// (no TTL on MRSC) are not TTL deletions and publish nothing.
 package publish
 
 import (

@@ -453,8 +453,9 @@ func key(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrID: s(id)}
 }
 
-// classifyErr maps an SDK error: throttling, server faults and transport
-// errors are ErrUnavailable (retryable); anything else is a bug on our side.
+// classifyErr maps an SDK error: throttling, server faults, transport errors
+// and a multi-Region write conflict the SDK's retries did not get past are
+// ErrUnavailable (retryable); anything else is a bug on our side.
 func classifyErr(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorFault() != smithy.FaultServer && !throttling(apiErr.ErrorCode()) {
@@ -469,7 +470,8 @@ func classifyErr(err error) error {
 func throttling(code string) bool {
 	switch code {
 	case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
-		"LimitExceededException", "TransactionConflictException":
+		"LimitExceededException", "TransactionConflictException",
+		"ReplicatedWriteConflictException": // MRSC: another Region is writing the item; nothing was applied
 		return true
 	}
 	return false

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Purging is what DynamoDB TTL does on a single-Region table, for a table
+// without TTL (a multi-Region strongly consistent one): every item carries
+// its end of retention in ttl (epoch seconds), and an item is deleted once
+// that has passed, each with one conditional DeleteItem. Until then it
+// answers as always (409 already_used, 410 expired or canceled, a key's
+// replay), so a late caller sees no difference.
+
+// purgeCond holds at the moment of the delete: the retention has ended, and
+// the item is not an open action (an action nobody finished, which the
+// sweeper has yet to mark expired, is kept so its action.expired is not
+// lost; keys and other items carry no userId).
+const purgeCond = "#ttl <= :now AND (attribute_not_exists(#user) OR attribute_exists(#c) OR attribute_exists(#x) OR attribute_exists(#e))"
+
+var purgeNames = map[string]string{"#ttl": attrTTL, "#user": attrUserID, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt}
+
+func purgeValues(now time.Time) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{":now": n(now.Unix())}
+}
+
+// ScanPurgeable reads segment of total (a parallel Scan, eventually
+// consistent: a stale read can only list an item whose ttl has since moved
+// on, which the delete's condition then keeps) for the items purgeable at
+// now, and calls page with each page's keys. Only the key is returned; the
+// Scan is billed for every item it reads (half a read unit per 4 KB).
+func (st *Store) ScanPurgeable(ctx context.Context, segment, total int, now time.Time, page func(keys []string) error) (ScanStats, error) {
+	var stats ScanStats
+	names := maps.Clone(purgeNames)
+	names["#id"] = attrID
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(st.table),
+		Segment:                   aws.Int32(int32(segment)),
+		TotalSegments:             aws.Int32(int32(total)),
+		FilterExpression:          aws.String(purgeCond),
+		ProjectionExpression:      aws.String("#id"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: purgeValues(now),
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+	}
+	for {
+		out, err := st.db.Scan(ctx, in)
+		if err != nil {
+			return stats, fmt.Errorf("store: purge scan segment %d of %d: %w", segment, total, classifyErr(err))
+		}
+		stats.Pages++
+		stats.Scanned += int(out.ScannedCount)
+		if out.ConsumedCapacity != nil {
+			stats.ReadUnits += aws.ToFloat64(out.ConsumedCapacity.CapacityUnits)
+		}
+		keys := make([]string, 0, len(out.Items))
+		for _, item := range out.Items {
+			if id, ok := item[attrID].(*types.AttributeValueMemberS); ok {
+				keys = append(keys, id.Value)
+			}
+		}
+		stats.Matched += len(keys)
+		if err := page(keys); err != nil {
+			return stats, err
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return stats, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// Purge deletes the item pk with one conditional DeleteItem if it is
+// purgeable at now (see ScanPurgeable): deleted is false when it was not
+// (gone already, its retention moved on, an open action). units is the
+// write capacity DynamoDB reports for it, index writes included.
+func (st *Store) Purge(ctx context.Context, pk string, now time.Time) (deleted bool, units float64, err error) {
+	out, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       key(pk),
+		ConditionExpression:       aws.String(purgeCond),
+		ExpressionAttributeNames:  purgeNames,
+		ExpressionAttributeValues: purgeValues(now),
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
+	})
+	var failed *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &failed):
+		return false, 0, nil
+	case err != nil:
+		return false, 0, fmt.Errorf("store: purge %s: %w", strconv.Quote(pk), classifyErr(err))
+	}
+	if out.ConsumedCapacity != nil {
+		units = aws.ToFloat64(out.ConsumedCapacity.CapacityUnits)
+	}
+	return true, units, nil
+}
