@@ -31,10 +31,14 @@ type Reader struct {
 	DB      *dynamodb.Client
 	Streams *dynamodbstreams.Client
 	Table   string
-	Handle  Handler
-	Log     *slog.Logger
-	Poll    time.Duration // wait when a shard has nothing new (default 100 ms)
-	Batch   int32         // records per handler call (default 100, as the stack)
+	// StreamArn, when set, is the stream read (Table is then not described:
+	// the end-to-end suite reads as the publisher's role, which may only
+	// read the stream, as the event source mapping does).
+	StreamArn string
+	Handle    Handler
+	Log       *slog.Logger
+	Poll      time.Duration // wait when a shard has nothing new (default 100 ms)
+	Batch     int32         // records per handler call (default 100, as the stack)
 
 	// RetryAttempts is the mapping's MaximumRetryAttempts: how often a
 	// failing batch is retried before it is set aside. 0 means the stack's
@@ -126,14 +130,17 @@ func (r *Reader) Run(ctx context.Context) error {
 	if r.MaxBackoff == 0 {
 		r.MaxBackoff = 5 * time.Second
 	}
-	t, err := r.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &r.Table})
-	if err != nil {
-		return err
+	arn := aws.String(r.StreamArn)
+	if r.StreamArn == "" {
+		t, err := r.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &r.Table})
+		if err != nil {
+			return err
+		}
+		if t.Table.LatestStreamArn == nil {
+			return errors.New("streams: the table has no stream")
+		}
+		arn = t.Table.LatestStreamArn
 	}
-	if t.Table.LatestStreamArn == nil {
-		return errors.New("streams: the table has no stream")
-	}
-	arn := t.Table.LatestStreamArn
 	iters := map[string]*string{} // open shard → next iterator
 	done := map[string]bool{}
 	for ctx.Err() == nil {
