@@ -26,6 +26,8 @@ type Function struct {
 	Name      string            // its code: the folder under functions/
 	Env       map[string]string // exactly the template's variables
 	RoleArn   string
+	Timeout   int // seconds (default 3, as Lambda)
+	MemoryMB  int // default 128
 	// Statements of every policy attached to its role, in template order.
 	Statements []Statement
 }
@@ -139,6 +141,7 @@ func Model(t *Template, n *Names) (*Stack, error) {
 			}
 		}
 		f.RoleArn, _ = props["Role"].(string)
+		f.Timeout, f.MemoryMB = num(props["Timeout"], 3), num(props["MemorySize"], 128)
 		roleName := f.RoleArn[strings.LastIndex(f.RoleArn, "/")+1:]
 		f.Statements = roleStatements[roleName]
 		if _, dup := s.Functions[name]; dup {

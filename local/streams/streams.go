@@ -50,6 +50,9 @@ type Reader struct {
 	// Backoff is the wait before the first retry of a batch; it doubles per
 	// retry up to MaxBackoff (defaults 500 ms and 5 s).
 	Backoff, MaxBackoff time.Duration
+	// Now is the reader's clock for record ages (default time.Now; the
+	// end-to-end suite moves it forward to age records out).
+	Now func() time.Time
 	// SetAside receives what the mapping would send to its on-failure
 	// destination (nil: it is only logged).
 	SetAside func(context.Context, OnFailure)
@@ -241,9 +244,13 @@ func (r *Reader) tooOld(recs []types.Record) int {
 	if r.MaxRecordAge <= 0 {
 		return 0
 	}
+	now := r.Now
+	if now == nil {
+		now = time.Now
+	}
 	n := 0
 	for n < len(recs) && recs[n].Dynamodb != nil && recs[n].Dynamodb.ApproximateCreationDateTime != nil &&
-		time.Since(*recs[n].Dynamodb.ApproximateCreationDateTime) > r.MaxRecordAge {
+		now().Sub(*recs[n].Dynamodb.ApproximateCreationDateTime) > r.MaxRecordAge {
 		n++
 	}
 	return n

@@ -1,0 +1,5 @@
+package deployed
+
+import "encoding/base64"
+
+func base64URL(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
