@@ -38,6 +38,7 @@ func callerARNs() map[string]string {
 }
 
 type suite struct {
+	failFast  bool
 	d         *deployed.Deployment
 	ctx       context.Context
 	n, failed int
@@ -50,11 +51,25 @@ func newSuite() *suite {
 	return &suite{run: fmt.Sprint(time.Now().UnixNano() % 1e9), http: &http.Client{Timeout: 30 * time.Second}}
 }
 
+// check runs one check; a failure prints the AWS calls denied during it
+// (the usual cause when the template lost a permission).
 func (s *suite) check(name string, f func() error) {
+	if s.failFast && s.failed > 0 {
+		return
+	}
 	s.n++
+	var before int
+	if s.d != nil {
+		before = len(s.d.Proxy.Stats().Denied)
+	}
 	if err := f(); err != nil {
 		s.failed++
 		fmt.Printf("FAIL %s: %v\n", name, err)
+		if s.d != nil {
+			for _, d := range s.d.Proxy.Stats().Denied[before:] {
+				fmt.Printf("     denied: %s\n", d)
+			}
+		}
 		return
 	}
 	fmt.Printf("ok   %s\n", name)
@@ -323,7 +338,7 @@ func (s *suite) runAll() {
 			return err
 		}
 		r := s.call(a, "GET", "/actions/"+s.id("link1"), nil)
-		if r.str("state") != "canceled" {
+		if r.str("cancelReason") != "superseded" || r.str("canceledAt") == "" { // a canceled action reads as expired
 			return fmt.Errorf("superseded action is %q: %s", r.str("state"), truncate(r.raw))
 		}
 		return nil
@@ -403,8 +418,8 @@ func (s *suite) runAll() {
 				return err
 			}
 			r := s.call(a, "GET", "/actions/"+s.id("exp"), nil)
-			if r.str("state") != "expired" {
-				return fmt.Errorf("state %q after the sweeper ran", r.str("state"))
+			if r.str("state") != "expired" || r.str("expiredAt") == "" {
+				return fmt.Errorf("the sweeper did not mark it: %s\n    sweeper output: %s", truncate(r.raw), tail(s.d.Output("sweeper"), 600))
 			}
 			return expect(s.call(a, "POST", "/actions/"+s.id("exp")+"/consume", map[string]any{}), 410, "expired")
 		})
@@ -619,4 +634,11 @@ func queueOf(d *deployed.Deployment, url string) string {
 		}
 	}
 	return url[strings.LastIndex(url, "/")+1:]
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }

@@ -30,14 +30,16 @@ func main() {
 	root := flag.String("root", ".", "the repository (functions/, .tools/)")
 	unused := flag.String("unused", "e2e/unused.txt", "the reviewed list of policy statements no call is expected to use")
 	verbose := flag.Bool("v", false, "print the stack's own logs (stream reader) to stderr")
+	failFast := flag.Bool("failfast", false, "stop at the first failed check")
 	flag.Parse()
-	os.Exit(run(*tpl, *root, *unused, *verbose))
+	os.Exit(run(*tpl, *root, *unused, *verbose, *failFast))
 }
 
-func run(tpl, root, unusedPath string, verbose bool) int {
+func run(tpl, root, unusedPath string, verbose, failFast bool) int {
 	start := time.Now()
 	root, _ = filepath.Abs(root)
 	s := newSuite()
+	s.failFast = failFast
 	log := slog.New(slog.DiscardHandler)
 	if verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -58,6 +60,11 @@ func run(tpl, root, unusedPath string, verbose bool) int {
 
 	// Every call allowed.
 	st := d.Proxy.Stats()
+	if failFast && s.failed > 0 {
+		fmt.Printf("e2e: %d checks, %d failed (stopped at the first); %d functions; %d calls authorized, %d denied; unused not judged; %s\n",
+			s.n, s.failed, len(d.Stack.Functions), st.Calls, len(st.Denied)+len(st.Unmodeled), time.Since(start).Round(100*time.Millisecond))
+		return 1
+	}
 	s.check("iam: every AWS call allowed", func() error {
 		if len(st.Denied)+len(st.Unmodeled) == 0 {
 			return nil

@@ -161,6 +161,7 @@ func Start(ctx context.Context, o Options) (d *Deployment, err error) {
 		ResourcePolicies: map[string]any{}, Region: template.Region, Account: template.Account, Client: &http.Client{Timeout: 30 * time.Second},
 		Backends: map[string]string{iam.DynamoDB: ddb.Endpoint, iam.Streams: ddb.Endpoint, iam.Events: d.BusFault.URL,
 			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL}}
+	d.Proxy.Slow = func(call string, took time.Duration) { o.Log.Warn("slow AWS call", "call", call, "took", took.String()) }
 	for arn, b := range d.Stack.Buses {
 		if b.Policy != nil {
 			d.Proxy.ResourcePolicies[arn] = b.Policy

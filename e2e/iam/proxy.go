@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Statement is one statement of a role's policies, named by its policy's
@@ -51,6 +52,8 @@ type Proxy struct {
 	Region, Account string
 
 	Client *http.Client
+	// Slow, when set, hears of calls the local service took over 2 s to answer.
+	Slow func(call string, took time.Duration)
 
 	mu        sync.Mutex
 	calls     int
@@ -402,7 +405,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, service, op stri
 	if client == nil {
 		client = http.DefaultClient
 	}
+	began := time.Now()
 	resp, err := client.Do(req)
+	if took := time.Since(began); took > 2*time.Second && p.Slow != nil {
+		p.Slow(service+"."+op, took)
+	}
 	if err != nil {
 		p.fail(w, service, http.StatusServiceUnavailable, "ServiceUnavailable", "local "+service+" unreachable")
 		return
