@@ -37,6 +37,10 @@ func callerARNs() map[string]string {
 	return map[string]string{acme.key: acme.arn, globex.key: globex.arn, stranger.key: stranger.arn}
 }
 
+// eventWait bounds the wait for an event (they arrive in well under a
+// second; the bound is for a loaded machine).
+const eventWait = 30 * time.Second
+
 type suite struct {
 	failFast  bool
 	d         *deployed.Deployment
@@ -172,9 +176,9 @@ func (s *suite) event(detailType, actionID string) (map[string]any, int) {
 }
 
 func (s *suite) waitEvent(detailType, actionID string) error {
-	return s.eventually(20*time.Second, func() error {
+	return s.eventually(eventWait, func() error {
 		if ev, _ := s.event(detailType, actionID); ev == nil {
-			return fmt.Errorf("no %s event for %s on the bus within 20 s (published: %d events)", detailType, actionID, len(s.d.Bus.Events()))
+			return fmt.Errorf("no %s event for %s on the bus within %s (published: %d events)", detailType, actionID, eventWait, len(s.d.Bus.Events()))
 		}
 		return nil
 	})

@@ -30,6 +30,7 @@ func TestMutations(t *testing.T) {
 	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the suite: %v\n%s", err, b)
 	}
+	slots := make(chan struct{}, 2) // two stacks at a time: the machine has 2 cores
 	for _, m := range []struct {
 		name   string
 		mutate func(t *testing.T, res map[string]any)
@@ -78,6 +79,9 @@ func TestMutations(t *testing.T) {
 		}, regexp.MustCompile(`FAIL mapping \S+: records past MaximumRecordAge go to its on-failure destination: the mapping has no on-failure destination`)},
 	} {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			var tpl map[string]any
 			if err := json.Unmarshal(orig, &tpl); err != nil {
 				t.Fatal(err)
@@ -98,7 +102,11 @@ func TestMutations(t *testing.T) {
 			if line == nil {
 				t.Fatalf("the suite failed, but not naming the cause (want %s):\n%s", m.cause, out)
 			}
-			t.Logf("suite printed: %s", firstLine(out, line))
+			shown := firstLine(out, line)
+			if strings.Contains(string(line), "\n") {
+				shown = string(line)
+			}
+			t.Logf("suite printed: %s", shown)
 		})
 	}
 }

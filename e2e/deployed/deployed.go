@@ -93,14 +93,14 @@ type Delivery struct {
 }
 
 // Start brings the stack up.
-func Start(ctx context.Context, o Options) (d *Deployment, err error) {
+func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if o.BinDir == "" {
 		o.BinDir = filepath.Join(o.Root, "dist", "e2e")
 	}
-	d = &Deployment{fns: map[string]*lambdaruntime.Function{}, creds: map[string]aws.Credentials{}, ruleQ: map[string]chan []byte{}, log: o.Log, started: time.Now()}
+	d := &Deployment{fns: map[string]*lambdaruntime.Function{}, creds: map[string]aws.Credentials{}, ruleQ: map[string]chan []byte{}, log: o.Log, started: time.Now()}
 	defer func() {
 		if err != nil {
 			d.Close()
