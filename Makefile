@@ -46,8 +46,9 @@ test: lint $(TOOLS) ## run every test (lint first, unit, integration against Dyn
 
 # make e2e runs the stack as a synthesized template defines it (e2e/). The
 # template is synthesized with the example subscriber and a two-tenant map,
-# so the suite reaches every part; it is made again only when the code
-# changed. TEMPLATE=path runs the suite (not the mutations) on another one.
+# so the suite reaches every part, once with IAM and once with JWT
+# authorization; each is made again only when the code changed.
+# TEMPLATE=path runs the suite (not the mutations) on another template.
 E2E_OUT := cdk.out.e2e
 E2E_TEMPLATE := $(E2E_OUT)/ExactOnce.template.json
 E2E_CONTEXT := -c exactonce:exampleSubscriber=true \
@@ -58,10 +59,19 @@ $(E2E_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -o $(E2E_OUT)
 	@touch $@
 
+# The same stack with JWT authorization (tenants by the token's sub).
+E2E_JWT_OUT := cdk.out.e2e-jwt
+E2E_JWT_TEMPLATE := $(E2E_JWT_OUT)/ExactOnce.template.json
+$(E2E_JWT_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
+	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -c exactonce:auth=jwt \
+	  -c exactonce:jwtIssuer=https://issuer.e2e.example -c exactonce:jwtAudience=exactonce-e2e -o $(E2E_JWT_OUT)
+	@touch $@
+
 e2e: $(TOOLS) ## run the end-to-end suite on the synthesized template with IAM enforced (TEMPLATE=path: another template), then the six template mutations it must catch
 ifeq ($(TEMPLATE),)
-	@$(MAKE) --no-print-directory $(E2E_TEMPLATE)
+	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
 	go run ./e2e -template $(E2E_TEMPLATE)
+	go run ./e2e -template $(E2E_JWT_TEMPLATE)
 	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -run '^TestMutations$$' ./e2e
 else
 	go run ./e2e -template $(TEMPLATE)
@@ -98,4 +108,4 @@ destroy: $(TOOLS) ## delete the stack (the table and secret are RETAINed unless 
 	$(CDK) destroy --no-notices $(CDK_ARGS)
 
 clean: ## remove build output
-	rm -rf dist cdk.out cdk.out.e2e
+	rm -rf dist cdk.out cdk.out.e2e cdk.out.e2e-jwt

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -48,6 +49,7 @@ type suite struct {
 	n, failed int
 	run       string // suffix making this run's ids unique
 	tenants   bool
+	jwt       *template.Route // the stack's routes use this JWT authorizer (nil: AWS_IAM)
 	http      *http.Client
 }
 
@@ -108,7 +110,9 @@ func (s *suite) call(c *caller, method, path string, body any, hdr ...string) re
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	if c != nil {
+	if c != nil && s.jwt != nil {
+		req.Header.Set("Authorization", "Bearer "+s.token(c))
+	} else if c != nil {
 		sum := sha256.Sum256(b)
 		creds := aws.Credentials{AccessKeyID: c.key, SecretAccessKey: "caller-secret"}
 		if err := v4.NewSigner().SignHTTP(s.ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", template.Region, time.Now()); err != nil {
@@ -124,6 +128,23 @@ func (s *suite) call(c *caller, method, path string, body any, hdr ...string) re
 	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
 	_ = json.Unmarshal(raw, &out.body)
 	return out
+}
+
+// token is a JWT for c as the stack's authorizer accepts it: its issuer and
+// audience, every route's scope, c's principal as sub (the tenant claim).
+func (s *suite) token(c *caller) string {
+	var scopes []string
+	for _, r := range s.d.Stack.Routes {
+		scopes = append(scopes, r.Scopes...)
+	}
+	aud := ""
+	if len(s.jwt.Audience) > 0 {
+		aud = s.jwt.Audience[0]
+	}
+	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
+	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." +
+		enc(map[string]any{"iss": s.jwt.Issuer, "aud": aud, "sub": c.arn, "scope": strings.Join(scopes, " "), "exp": time.Now().Add(time.Hour).Unix()}) +
+		".e2e-unsigned"
 }
 
 // expect checks a response's status and, when code is set, its error code.
@@ -199,6 +220,11 @@ func (s *suite) runAll() {
 	d := s.d
 	if f := d.Stack.Functions["create"]; f != nil {
 		s.tenants = f.Env[config.EnvTenants] != ""
+	}
+	for i, r := range d.Stack.Routes {
+		if r.AuthorizationType == "JWT" {
+			s.jwt = &d.Stack.Routes[i]
+		}
 	}
 	a := &acme
 	start := time.Now().UTC().Add(-time.Second)
@@ -308,9 +334,22 @@ func (s *suite) runAll() {
 	})
 
 	// --- tenants (IAM callers), when the template has a tenant map.
-	s.check("auth: an unsigned request is 403 at the gateway", func() error {
-		return expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 403, "")
-	})
+	if s.jwt != nil {
+		s.check("auth: a request without a token is 401 at the gateway, a wrong audience too", func() error {
+			if err := expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 401, ""); err != nil {
+				return err
+			}
+			good := *s.jwt
+			s.jwt = &template.Route{Issuer: good.Issuer, Audience: []string{"someone-else"}}
+			r := s.call(a, "GET", "/actions/"+s.id("a1"), nil)
+			s.jwt = &good
+			return expect(r, 401, "")
+		})
+	} else {
+		s.check("auth: an unsigned request is 403 at the gateway", func() error {
+			return expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 403, "")
+		})
+	}
 	if s.tenants {
 		s.check("tenants: another tenant's action is 404, a caller in no tenant 403", func() error {
 			if err := expect(s.call(&globex, "GET", "/actions/"+s.id("a1"), nil), 404, "action_not_found"); err != nil {

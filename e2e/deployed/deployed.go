@@ -161,7 +161,9 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		ResourcePolicies: map[string]any{}, Region: template.Region, Account: template.Account, Client: &http.Client{Timeout: 30 * time.Second},
 		Backends: map[string]string{iam.DynamoDB: ddb.Endpoint, iam.Streams: ddb.Endpoint, iam.Events: d.BusFault.URL,
 			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL}}
-	d.Proxy.Slow = func(call string, took time.Duration) { o.Log.Warn("slow AWS call", "call", call, "took", took.String()) }
+	d.Proxy.Slow = func(call string, took time.Duration) {
+		o.Log.Warn("slow AWS call", "call", call, "took", took.String())
+	}
 	for arn, b := range d.Stack.Buses {
 		if b.Policy != nil {
 			d.Proxy.ResourcePolicies[arn] = b.Policy
@@ -530,7 +532,7 @@ func (d *Deployment) routeHandler(rt template.Route, callers map[string]string) 
 				IAM: &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: template.Account, UserARN: arn}}
 		case "JWT":
 			claims, ok := bearerClaims(auth)
-			if !ok {
+			if !ok || !validJWT(claims, rt.Issuer, rt.Audience) {
 				return forbidden(http.StatusUnauthorized, "Unauthorized")
 			}
 			scopes := strings.Fields(fmt.Sprint(claims["scope"]))

@@ -40,10 +40,13 @@ type Statement struct {
 
 // Route is one AWS::ApiGatewayV2::Route and its integration.
 type Route struct {
-	LogicalID            string
-	RouteKey             string
-	AuthorizationType    string
-	Scopes               []string
+	LogicalID         string
+	RouteKey          string
+	AuthorizationType string
+	Scopes            []string
+	// JWT authorizer settings (AuthorizationType JWT).
+	Issuer               string
+	Audience             []string
 	Function             string // code name of the integration's function
 	PayloadFormatVersion string
 }
@@ -174,6 +177,21 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		rt := Route{LogicalID: id, RouteKey: str(props["RouteKey"]), AuthorizationType: str(props["AuthorizationType"])}
 		for _, sc := range asList(props["AuthorizationScopes"]) {
 			rt.Scopes = append(rt.Scopes, fmt.Sprint(sc))
+		}
+		if rt.AuthorizationType == "JWT" {
+			az, ok := t.Resources[str(props["AuthorizerId"])]
+			if !ok {
+				return nil, fmt.Errorf("route %s (%s): JWT without an authorizer of the template", id, rt.RouteKey)
+			}
+			azp, err := resolved(n, az)
+			if err != nil {
+				return nil, err
+			}
+			jc, _ := azp["JwtConfiguration"].(map[string]any)
+			rt.Issuer = str(jc["Issuer"])
+			for _, a := range asList(jc["Audience"]) {
+				rt.Audience = append(rt.Audience, fmt.Sprint(a))
+			}
 		}
 		integ := integrations[strings.TrimPrefix(str(props["Target"]), "integrations/")]
 		if integ == nil {
