@@ -205,15 +205,6 @@ func (s *suite) waitEvent(detailType, actionID string) error {
 	})
 }
 
-func (s *suite) route(key string) bool {
-	for _, r := range s.d.Stack.Routes {
-		if r.RouteKey == key {
-			return true
-		}
-	}
-	return false
-}
-
 // runAll runs the checks. New routes need a check here: the route coverage
 // check at the end fails for a route of the template no check called.
 func (s *suite) runAll() {
