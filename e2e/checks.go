@@ -590,7 +590,9 @@ func (s *suite) runAll() {
 			}
 			s.d.AgeRecords(time.Duration(m.MaximumRecordAgeSeconds+60) * time.Second)
 			defer s.d.AgeRecords(0)
-			return s.eventually(30*time.Second, func() error {
+			// The publisher's own retries of a failing PutEvents take ~30 s
+			// before it returns the error the mapping retries on.
+			return s.eventually(90*time.Second, func() error {
 				for _, msg := range s.d.Fake.Messages(q)[before:] {
 					if strings.Contains(msg, "RecordAgeExceeded") {
 						return nil
