@@ -72,7 +72,7 @@ ifeq ($(TEMPLATE),)
 	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
 	go run ./e2e -template $(E2E_TEMPLATE)
 	go run ./e2e -template $(E2E_JWT_TEMPLATE)
-	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -run '^TestMutations$$' ./e2e
+	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -v -run '^TestMutations$$' ./e2e
 else
 	go run ./e2e -template $(TEMPLATE)
 endif

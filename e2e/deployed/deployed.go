@@ -402,8 +402,13 @@ func (d *Deployment) startMapping(ctx context.Context, m template.Mapping, proxy
 	r := &streams.Reader{Streams: dynamodbstreams.NewFromConfig(cfg), StreamArn: m.EventSourceArn, Handle: handle, Log: d.log,
 		Batch: int32(m.BatchSize), Poll: 50 * time.Millisecond, Backoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		RetryAttempts: m.MaximumRetryAttempts}
-	if m.MaximumRetryAttempts == 0 {
+	switch {
+	case m.MaximumRetryAttempts == 0:
 		return fmt.Errorf("mapping %s: MaximumRetryAttempts 0 (no retries) is not modelled by the local reader", m.LogicalID)
+	case m.BisectBatchOnFunctionError, m.ParallelizationFactor != 1, m.TumblingWindowInSeconds != 0:
+		return fmt.Errorf("mapping %s: BisectBatchOnFunctionError, ParallelizationFactor and TumblingWindowInSeconds are not modelled by the local reader", m.LogicalID)
+	case m.StartingPosition != "TRIM_HORIZON":
+		return fmt.Errorf("mapping %s: StartingPosition %q; the local reader reads from TRIM_HORIZON", m.LogicalID, m.StartingPosition)
 	}
 	if m.MaximumRecordAgeSeconds > 0 {
 		r.MaxRecordAge = time.Duration(m.MaximumRecordAgeSeconds) * time.Second

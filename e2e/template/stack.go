@@ -63,6 +63,10 @@ type Mapping struct {
 	MaximumRecordAgeSeconds int
 	OnFailure               string // destination ARN ("" when none)
 	StartingPosition        string
+	// Settings the local mapping does not model (the suite refuses them).
+	BisectBatchOnFunctionError bool
+	ParallelizationFactor      int
+	TumblingWindowInSeconds    int
 }
 
 // Rule is one AWS::Events::Rule.
@@ -215,7 +219,8 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		}
 		m := Mapping{LogicalID: id, Function: f.Name, EventSourceArn: str(props["EventSourceArn"]), BatchSize: num(props["BatchSize"], 100),
 			MaximumRetryAttempts: num(props["MaximumRetryAttempts"], -1), MaximumRecordAgeSeconds: num(props["MaximumRecordAgeInSeconds"], -1),
-			StartingPosition: str(props["StartingPosition"])}
+			StartingPosition: str(props["StartingPosition"]), BisectBatchOnFunctionError: props["BisectBatchOnFunctionError"] == true,
+			ParallelizationFactor: num(props["ParallelizationFactor"], 1), TumblingWindowInSeconds: num(props["TumblingWindowInSeconds"], 0)}
 		if fc, ok := props["FilterCriteria"].(map[string]any); ok {
 			for _, fl := range asList(fc["Filters"]) {
 				flm, _ := fl.(map[string]any)
