@@ -560,6 +560,9 @@ func (s *suite) runAll() {
 			if m.OnFailure == "" {
 				return fmt.Errorf("the mapping has no on-failure destination (DestinationConfig.OnFailure): records it gives up on are lost")
 			}
+			if m.MaximumRecordAgeSeconds <= 0 {
+				return fmt.Errorf("the mapping has no MaximumRecordAgeInSeconds: a batch failing without end holds its shard until the stream's retention drops it")
+			}
 			q := ""
 			for _, qu := range s.d.Stack.Queues {
 				if qu.Arn == m.OnFailure {
