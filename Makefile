@@ -18,7 +18,7 @@ CDK := .tools/node_modules/.bin/cdk
 # product's go.mod stays lean; the Go proxy is all a fresh machine needs.
 GOLANGCI_LINT := go tool -modfile=tools/go.mod golangci-lint
 
-.PHONY: help tools run lint test bench build fuzz synth diff deploy destroy clean
+.PHONY: help tools run lint test e2e bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -35,12 +35,47 @@ run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local inc
 lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...
 
-test: lint $(TOOLS) ## run every test (lint first, unit, integration against DynamoDB Local, race, fuzz seeds)
+test: lint $(TOOLS) ## run every test (lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
 	go vet ./...
 	go vet -tags xray ./shared/tracing
+	go vet -tags e2e ./e2e
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 	go test $(GOTEST_FLAGS) ./infra/...
+	$(MAKE) e2e
+
+# make e2e runs the stack as a synthesized template defines it (e2e/). The
+# template is synthesized with the example subscriber and a two-tenant map,
+# so the suite reaches every part, once with IAM and once with JWT
+# authorization; each is made again only when the code changed.
+# TEMPLATE=path runs the suite (not the mutations) on another template.
+E2E_OUT := cdk.out.e2e
+E2E_TEMPLATE := $(E2E_OUT)/ExactOnce.template.json
+E2E_CONTEXT := -c exactonce:exampleSubscriber=true \
+  -c 'exactonce:tenants={"acme":["arn:aws:iam::000000000000:role/acme-*"],"globex":["arn:aws:iam::000000000000:role/globex-*"]}'
+E2E_SOURCES := $(shell find infra functions shared events idempotency internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum cdk.json
+
+$(E2E_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
+	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -o $(E2E_OUT)
+	@touch $@
+
+# The same stack with JWT authorization (tenants by the token's sub).
+E2E_JWT_OUT := cdk.out.e2e-jwt
+E2E_JWT_TEMPLATE := $(E2E_JWT_OUT)/ExactOnce.template.json
+$(E2E_JWT_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
+	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -c exactonce:auth=jwt \
+	  -c exactonce:jwtIssuer=https://issuer.e2e.example -c exactonce:jwtAudience=exactonce-e2e -o $(E2E_JWT_OUT)
+	@touch $@
+
+e2e: $(TOOLS) ## run the end-to-end suite on the synthesized template with IAM enforced (TEMPLATE=path: another template), then the six template mutations it must catch
+ifeq ($(TEMPLATE),)
+	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
+	go run ./e2e -template $(E2E_TEMPLATE)
+	go run ./e2e -template $(E2E_JWT_TEMPLATE)
+	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -v -run '^TestMutations$$' ./e2e
+else
+	go run ./e2e -template $(TEMPLATE)
+endif
 
 bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bench/results/
 	EXACTONCE_BENCH_OUT=$(CURDIR)/bench/results EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
@@ -73,4 +108,4 @@ destroy: $(TOOLS) ## delete the stack (the table and secret are RETAINed unless 
 	$(CDK) destroy --no-notices $(CDK_ARGS)
 
 clean: ## remove build output
-	rm -rf dist cdk.out
+	rm -rf dist cdk.out cdk.out.e2e cdk.out.e2e-jwt

@@ -73,4 +73,7 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
 	google.golang.org/grpc v1.64.1 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
+	quamina.net/go/quamina v1.5.1
 )
+
+replace quamina.net/go/quamina v1.5.1 => github.com/timbray/quamina v1.5.1

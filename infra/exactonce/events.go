@@ -127,7 +127,10 @@ func onlyOurFunctionsPublish(bus awsevents.EventBus, source string, roles ...aws
 		Actions:    jsii.Strings("events:PutEvents"),
 		Resources:  &[]*string{bus.EventBusArn()},
 		Conditions: &map[string]any{
-			"StringEquals": map[string]any{"events:source": source},
+			// events:source is multivalued (ArrayOfString in the Service
+			// Authorization Reference): a plain StringEquals on it never
+			// matches, so the deny would never apply; ForAnyValue does.
+			"ForAnyValue:StringEquals": map[string]any{"events:source": source},
 			"ArnNotEquals": map[string]any{"aws:PrincipalArn": arns},
 		},
 	}))

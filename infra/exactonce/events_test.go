@@ -66,7 +66,7 @@ func TestBusPolicy(t *testing.T) {
 	for _, p := range pols {
 		st := jsonOf(props(p)["Statement"])
 		for _, want := range []string{`"Effect":"Deny"`, `"Principal":{"AWS":"*"}`, `"Action":"events:PutEvents"`,
-			`"StringEquals":{"events:source":"shop.exactonce"}`,
+			`"ForAnyValue:StringEquals":{"events:source":"shop.exactonce"}`,
 			`"ArnNotEquals":{"aws:PrincipalArn":[{"Fn::GetAtt":["PublisherRole`, `{"Fn::GetAtt":["RepublishRole`} {
 			if !strings.Contains(st, want) {
 				t.Errorf("bus policy lacks %s: %s", want, st)

@@ -33,6 +33,7 @@ type Bus struct {
 	events []Event
 	out    io.Writer
 	srv    *http.Server
+	subs   []func(Event)
 	// URL is the endpoint to give the SDK client.
 	URL string
 }
@@ -78,6 +79,7 @@ func (b *Bus) putEvents(w http.ResponseWriter, r *http.Request) {
 		FailedEntryCount int
 		Entries          []result
 	}{}
+	var accepted []Event
 	b.mu.Lock()
 	for _, e := range in.Entries {
 		if !json.Valid([]byte(e.Detail)) || e.Source == "" || e.DetailType == "" {
@@ -98,9 +100,24 @@ func (b *Bus) putEvents(w http.ResponseWriter, r *http.Request) {
 			_, _ = b.out.Write(append(line, '\n'))
 		}
 		out.Entries = append(out.Entries, result{EventId: ev.ID})
+		accepted = append(accepted, ev)
 	}
+	subs := b.subs
 	b.mu.Unlock()
+	for _, ev := range accepted {
+		for _, f := range subs {
+			f(ev)
+		}
+	}
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// Subscribe calls f with each event accepted from now on, in order, before
+// PutEvents answers (the end-to-end suite routes them to rules' targets).
+func (b *Bus) Subscribe(f func(Event)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.subs = append(b.subs, f)
 }
 
 // Events returns the remembered events, oldest first.

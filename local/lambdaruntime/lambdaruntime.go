@@ -64,24 +64,51 @@ type Function struct {
 	mu      sync.Mutex
 	pending map[string]*invocation
 	seq     int
+	timeout time.Duration
+	arn     string
+}
+
+// Config is what Lambda tells a function about itself.
+type Config struct {
+	Name     string        // AWS_LAMBDA_FUNCTION_NAME (default "local")
+	ARN      string        // the invoked function ARN
+	MemoryMB int           // AWS_LAMBDA_FUNCTION_MEMORY_SIZE (default 256)
+	Timeout  time.Duration // each invocation's deadline (default 10 s)
 }
 
 // Start runs the binary with env (added to a minimal Lambda-like
 // environment) and serves its Runtime API on a loopback port.
 func Start(bin string, env ...string) (*Function, error) {
+	return StartConfig(bin, Config{}, env...)
+}
+
+// StartConfig is Start with the function's name, ARN, memory and timeout.
+func StartConfig(bin string, c Config, env ...string) (*Function, error) {
+	if c.Name == "" {
+		c.Name = "local"
+	}
+	if c.ARN == "" {
+		c.ARN = "arn:aws:lambda:us-east-1:000000000000:function:" + c.Name
+	}
+	if c.MemoryMB == 0 {
+		c.MemoryMB = 256
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	f := &Function{ln: ln, ready: make(chan struct{}), exited: make(chan struct{}),
-		next: make(chan *invocation), pending: map[string]*invocation{}}
+		next: make(chan *invocation), pending: map[string]*invocation{}, timeout: c.Timeout, arn: c.ARN}
 	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
 
 	f.cmd = exec.Command(bin)
 	f.cmd.Env = append([]string{
 		"AWS_LAMBDA_RUNTIME_API=" + ln.Addr().String(),
-		"AWS_LAMBDA_FUNCTION_NAME=local", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256",
+		"AWS_LAMBDA_FUNCTION_NAME=" + c.Name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(c.MemoryMB),
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 	}, env...)
 	w := &syncWriter{w: &f.output, mu: &f.mu}
@@ -165,8 +192,8 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		h := w.Header()
 		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
-		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10))
-		h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:000000000000:function:local")
+		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(f.timeout).UnixMilli(), 10))
+		h.Set("Lambda-Runtime-Invoked-Function-Arn", f.arn)
 		if inv.trace != "" {
 			h.Set("Lambda-Runtime-Trace-Id", inv.trace)
 		}
@@ -200,4 +227,21 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// BuildAll compiles several main packages (e.g. "./functions/get", relative
+// to dir) into outDir/<last path element> in one go command, for this
+// machine, with the lambda.norpc tag.
+func BuildAll(dir, outDir string, pkgs ...string) error {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	args := append([]string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", outDir + string(os.PathSeparator)}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
+	}
+	return nil
 }

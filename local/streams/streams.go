@@ -31,10 +31,14 @@ type Reader struct {
 	DB      *dynamodb.Client
 	Streams *dynamodbstreams.Client
 	Table   string
-	Handle  Handler
-	Log     *slog.Logger
-	Poll    time.Duration // wait when a shard has nothing new (default 100 ms)
-	Batch   int32         // records per handler call (default 100, as the stack)
+	// StreamArn, when set, is the stream read (Table is then not described:
+	// the end-to-end suite reads as the publisher's role, which may only
+	// read the stream, as the event source mapping does).
+	StreamArn string
+	Handle    Handler
+	Log       *slog.Logger
+	Poll      time.Duration // wait when a shard has nothing new (default 100 ms)
+	Batch     int32         // records per handler call (default 100, as the stack)
 
 	// RetryAttempts is the mapping's MaximumRetryAttempts: how often a
 	// failing batch is retried before it is set aside. 0 means the stack's
@@ -46,6 +50,9 @@ type Reader struct {
 	// Backoff is the wait before the first retry of a batch; it doubles per
 	// retry up to MaxBackoff (defaults 500 ms and 5 s).
 	Backoff, MaxBackoff time.Duration
+	// Now is the reader's clock for record ages (default time.Now; the
+	// end-to-end suite moves it forward to age records out).
+	Now func() time.Time
 	// SetAside receives what the mapping would send to its on-failure
 	// destination (nil: it is only logged).
 	SetAside func(context.Context, OnFailure)
@@ -126,14 +133,17 @@ func (r *Reader) Run(ctx context.Context) error {
 	if r.MaxBackoff == 0 {
 		r.MaxBackoff = 5 * time.Second
 	}
-	t, err := r.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &r.Table})
-	if err != nil {
-		return err
+	arn := aws.String(r.StreamArn)
+	if r.StreamArn == "" {
+		t, err := r.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &r.Table})
+		if err != nil {
+			return err
+		}
+		if t.Table.LatestStreamArn == nil {
+			return errors.New("streams: the table has no stream")
+		}
+		arn = t.Table.LatestStreamArn
 	}
-	if t.Table.LatestStreamArn == nil {
-		return errors.New("streams: the table has no stream")
-	}
-	arn := t.Table.LatestStreamArn
 	iters := map[string]*string{} // open shard → next iterator
 	done := map[string]bool{}
 	for ctx.Err() == nil {
@@ -234,9 +244,13 @@ func (r *Reader) tooOld(recs []types.Record) int {
 	if r.MaxRecordAge <= 0 {
 		return 0
 	}
+	now := r.Now
+	if now == nil {
+		now = time.Now
+	}
 	n := 0
 	for n < len(recs) && recs[n].Dynamodb != nil && recs[n].Dynamodb.ApproximateCreationDateTime != nil &&
-		time.Since(*recs[n].Dynamodb.ApproximateCreationDateTime) > r.MaxRecordAge {
+		now().Sub(*recs[n].Dynamodb.ApproximateCreationDateTime) > r.MaxRecordAge {
 		n++
 	}
 	return n

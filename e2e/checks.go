@@ -1,0 +1,683 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/e2e/deployed"
+	"github.com/exactonce/exactonce/e2e/iam"
+	"github.com/exactonce/exactonce/e2e/template"
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+// API callers: two tenants' roles and one in no tenant (the tenant map the
+// e2e template is synthesized with names acme-* and globex-* roles).
+type caller struct{ key, arn string }
+
+var (
+	acme     = caller{"AKIACALLERACME", "arn:aws:iam::000000000000:role/acme-app"}
+	globex   = caller{"AKIACALLERGLOBEX", "arn:aws:iam::000000000000:role/globex-app"}
+	stranger = caller{"AKIACALLERSTRANGER", "arn:aws:iam::000000000000:role/stranger"}
+)
+
+func callerARNs() map[string]string {
+	return map[string]string{acme.key: acme.arn, globex.key: globex.arn, stranger.key: stranger.arn}
+}
+
+// eventWait bounds the wait for an event (they arrive in well under a
+// second; the bound is for a loaded machine).
+const eventWait = 30 * time.Second
+
+type suite struct {
+	failFast  bool
+	d         *deployed.Deployment
+	ctx       context.Context
+	n, failed int
+	run       string // suffix making this run's ids unique
+	tenants   bool
+	jwt       *template.Route // the stack's routes use this JWT authorizer (nil: AWS_IAM)
+	http      *http.Client
+}
+
+func newSuite() *suite {
+	return &suite{run: fmt.Sprint(time.Now().UnixNano() % 1e9), http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// check runs one check; a failure prints the AWS calls denied during it
+// (the usual cause when the template lost a permission).
+func (s *suite) check(name string, f func() error) {
+	if s.failFast && s.failed > 0 {
+		return
+	}
+	s.n++
+	var before int
+	if s.d != nil {
+		before = len(s.d.Proxy.Stats().Denied)
+	}
+	if err := f(); err != nil {
+		s.failed++
+		fmt.Printf("FAIL %s: %v\n", name, err)
+		if s.d != nil {
+			for _, d := range s.d.Proxy.Stats().Denied[before:] {
+				fmt.Printf("     denied: %s\n", d)
+			}
+		}
+		return
+	}
+	fmt.Printf("ok   %s\n", name)
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (r resp) str(k string) string { s, _ := r.body[k].(string); return s }
+
+// call makes a SigV4-signed request as c (nil: unsigned).
+func (s *suite) call(c *caller, method, path string, body any, hdr ...string) resp {
+	var b []byte
+	if body != nil {
+		if raw, ok := body.(string); ok {
+			b = []byte(raw)
+		} else {
+			b, _ = json.Marshal(body)
+		}
+	}
+	req, err := http.NewRequestWithContext(s.ctx, method, s.d.URL+path, bytes.NewReader(b))
+	if err != nil {
+		return resp{status: -1, raw: err.Error()}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if c != nil && s.jwt != nil {
+		req.Header.Set("Authorization", "Bearer "+s.token(c))
+	} else if c != nil {
+		sum := sha256.Sum256(b)
+		creds := aws.Credentials{AccessKeyID: c.key, SecretAccessKey: "caller-secret"}
+		if err := v4.NewSigner().SignHTTP(s.ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", template.Region, time.Now()); err != nil {
+			return resp{status: -1, raw: err.Error()}
+		}
+	}
+	res, err := s.http.Do(req)
+	if err != nil {
+		return resp{status: -1, raw: err.Error()}
+	}
+	defer func() { _ = res.Body.Close() }()
+	raw, _ := io.ReadAll(res.Body)
+	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &out.body)
+	return out
+}
+
+// token is a JWT for c as the stack's authorizer accepts it: its issuer and
+// audience, every route's scope, c's principal as sub (the tenant claim).
+func (s *suite) token(c *caller) string {
+	var scopes []string
+	for _, r := range s.d.Stack.Routes {
+		scopes = append(scopes, r.Scopes...)
+	}
+	aud := ""
+	if len(s.jwt.Audience) > 0 {
+		aud = s.jwt.Audience[0]
+	}
+	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
+	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." +
+		enc(map[string]any{"iss": s.jwt.Issuer, "aud": aud, "sub": c.arn, "scope": strings.Join(scopes, " "), "exp": time.Now().Add(time.Hour).Unix()}) +
+		".e2e-unsigned"
+}
+
+// expect checks a response's status and, when code is set, its error code.
+func expect(r resp, status int, code string) error {
+	if r.status != status {
+		return fmt.Errorf("status %d, want %d: %s", r.status, status, truncate(r.raw))
+	}
+	if code != "" && r.str("error") != code {
+		return fmt.Errorf("error %q, want %q: %s", r.str("error"), code, truncate(r.raw))
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// eventually polls f until it succeeds or the bound passes.
+func (s *suite) eventually(bound time.Duration, f func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) || s.ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *suite) id(name string) string { return name + "-" + s.run }
+
+// event finds a bus event of a type for an action.
+func (s *suite) event(detailType, actionID string) (map[string]any, int) {
+	var found map[string]any
+	n := 0
+	for _, ev := range s.d.Bus.Events() {
+		if ev.DetailType != detailType {
+			continue
+		}
+		var detail map[string]any
+		if json.Unmarshal(ev.Detail, &detail) == nil && detail["actionId"] == actionID {
+			found = detail
+			n++
+		}
+	}
+	return found, n
+}
+
+func (s *suite) waitEvent(detailType, actionID string) error {
+	return s.eventually(eventWait, func() error {
+		if ev, _ := s.event(detailType, actionID); ev == nil {
+			return fmt.Errorf("no %s event for %s on the bus within %s (published: %d events)", detailType, actionID, eventWait, len(s.d.Bus.Events()))
+		}
+		return nil
+	})
+}
+
+// runAll runs the checks. New routes need a check here: the route coverage
+// check at the end fails for a route of the template no check called.
+func (s *suite) runAll() {
+	d := s.d
+	if f := d.Stack.Functions["create"]; f != nil {
+		s.tenants = f.Env[config.EnvTenants] != ""
+	}
+	for i, r := range d.Stack.Routes {
+		if r.AuthorizationType == "JWT" {
+			s.jwt = &d.Stack.Routes[i]
+		}
+	}
+	a := &acme
+	start := time.Now().UTC().Add(-time.Second)
+
+	// --- actions: create, get, consume, cancel and their outcome classes.
+	s.check("POST /actions: 201 created", func() error {
+		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("a1"), "userId": "u1", "metadata": map[string]string{"k": "v"}}), 201, "")
+	})
+	s.check("POST /actions: Idempotency-Key replay answers the first response", func() error {
+		body := map[string]any{"userId": "u1"}
+		r1 := s.call(a, "POST", "/actions", body, "Idempotency-Key", s.id("ik1"))
+		r2 := s.call(a, "POST", "/actions", body, "Idempotency-Key", s.id("ik1"))
+		if err := expect(r1, 201, ""); err != nil {
+			return err
+		}
+		if r2.status != 201 || r2.str("actionId") != r1.str("actionId") || r2.header.Get("Idempotent-Replayed") != "true" {
+			return fmt.Errorf("replay %d %s (replayed %q), first %s", r2.status, r2.raw, r2.header.Get("Idempotent-Replayed"), r1.str("actionId"))
+		}
+		return expect(s.call(a, "POST", "/actions", map[string]any{"userId": "u2"}, "Idempotency-Key", s.id("ik1")), 422, "idempotency_key_reused")
+	})
+	s.check("POST /actions: 409 action_exists", func() error {
+		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("a1"), "userId": "u1"}), 409, "action_exists")
+	})
+	s.check("POST /actions: 400 names the field, nothing written", func() error {
+		r := s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("bad"), "userId": ""})
+		if err := expect(r, 400, "invalid_request"); err != nil {
+			return err
+		}
+		if r.str("field") != "userId" {
+			return fmt.Errorf("field %q, want userId", r.str("field"))
+		}
+		return expect(s.call(a, "GET", "/actions/"+s.id("bad"), nil), 404, "action_not_found")
+	})
+	s.check("GET /actions/{actionId}: 200 active, 404 unknown", func() error {
+		r := s.call(a, "GET", "/actions/"+s.id("a1"), nil)
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if r.str("state") != "active" {
+			return fmt.Errorf("state %q", r.str("state"))
+		}
+		return expect(s.call(a, "GET", "/actions/"+s.id("nope"), nil), 404, "action_not_found")
+	})
+	s.check("POST /actions/{actionId}/consume: 200 consumed, then 409 already_used", func() error {
+		r := s.call(a, "POST", "/actions/"+s.id("a1")+"/consume", map[string]any{"reason": "checkout"})
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if r.str("state") != "consumed" {
+			return fmt.Errorf("state %q", r.str("state"))
+		}
+		return expect(s.call(a, "POST", "/actions/"+s.id("a1")+"/consume", map[string]any{}), 409, "already_used")
+	})
+	s.check("POST /actions/{actionId}/cancel: 200 canceled, consume then 410 canceled", func() error {
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("c1"), "userId": "u1"}), 201, ""); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions/"+s.id("c1")+"/cancel", map[string]any{"reason": "user asked"}), 200, ""); err != nil {
+			return err
+		}
+		return expect(s.call(a, "POST", "/actions/"+s.id("c1")+"/consume", map[string]any{}), 410, "canceled")
+	})
+	s.check("consume: 409 not_active before activeAt", func() error {
+		at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("later"), "userId": "u3", "activeAt": at}), 201, ""); err != nil {
+			return err
+		}
+		return expect(s.call(a, "POST", "/actions/"+s.id("later")+"/consume", map[string]any{}), 409, "not_active")
+	})
+	s.check("PIN: pin_required, invalid_pin, locked; the right PIN consumes", func() error {
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("pin"), "userId": "u1", "pin": "482913", "maxPinAttempts": 2}), 201, ""); err != nil {
+			return err
+		}
+		p := "/actions/" + s.id("pin") + "/consume"
+		if err := expect(s.call(a, "POST", p, map[string]any{}), 403, "pin_required"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", p, map[string]any{"pin": "000000"}), 403, "invalid_pin"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", p, map[string]any{"pin": "000001"}), 403, "invalid_pin"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", p, map[string]any{"pin": "482913"}), 423, "locked"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("pin2"), "userId": "u1", "pin": "482913"}), 201, ""); err != nil {
+			return err
+		}
+		return expect(s.call(a, "POST", "/actions/"+s.id("pin2")+"/consume", map[string]any{"pin": "482913"}), 200, "")
+	})
+	s.check("payload: sealed at create, returned once by consume, never by get", func() error {
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("pay"), "userId": "u1", "payload": map[string]any{"code": "S3CRET"}}), 201, ""); err != nil {
+			return err
+		}
+		if g := s.call(a, "GET", "/actions/"+s.id("pay"), nil); strings.Contains(g.raw, "S3CRET") {
+			return fmt.Errorf("get returned the payload: %s", g.raw)
+		}
+		r := s.call(a, "POST", "/actions/"+s.id("pay")+"/consume", map[string]any{})
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(r.raw, "S3CRET") {
+			return fmt.Errorf("consume did not return the payload: %s", truncate(r.raw))
+		}
+		return nil
+	})
+
+	// --- tenants (IAM callers), when the template has a tenant map.
+	if s.jwt != nil {
+		s.check("auth: a request without a token is 401 at the gateway, a wrong audience too", func() error {
+			if err := expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 401, ""); err != nil {
+				return err
+			}
+			good := *s.jwt
+			s.jwt = &template.Route{Issuer: good.Issuer, Audience: []string{"someone-else"}}
+			r := s.call(a, "GET", "/actions/"+s.id("a1"), nil)
+			s.jwt = &good
+			return expect(r, 401, "")
+		})
+	} else {
+		s.check("auth: an unsigned request is 403 at the gateway", func() error {
+			return expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 403, "")
+		})
+	}
+	if s.tenants {
+		s.check("tenants: another tenant's action is 404, a caller in no tenant 403", func() error {
+			if err := expect(s.call(&globex, "GET", "/actions/"+s.id("a1"), nil), 404, "action_not_found"); err != nil {
+				return err
+			}
+			if err := expect(s.call(&globex, "POST", "/actions", map[string]any{"actionId": s.id("a1"), "userId": "u1"}), 201, ""); err != nil {
+				return fmt.Errorf("globex could not create its own %s: %w", s.id("a1"), err)
+			}
+			return expect(s.call(&stranger, "GET", "/actions/"+s.id("a1"), nil), 403, "forbidden")
+		})
+	}
+
+	// --- users: list, supersede, cancel-all.
+	s.check("GET /users/{userId}/actions lists the user's actions", func() error {
+		r := s.call(a, "GET", "/users/u1/actions", nil)
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(r.raw, s.id("a1")) {
+			return fmt.Errorf("listing lacks %s: %s", s.id("a1"), truncate(r.raw))
+		}
+		return nil
+	})
+	s.check("POST /actions with supersede cancels the user's active action of the kind", func() error {
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("link1"), "userId": "u4", "kind": "login"}), 201, ""); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("link2"), "userId": "u4", "kind": "login", "supersede": true}), 201, ""); err != nil {
+			return err
+		}
+		r := s.call(a, "GET", "/actions/"+s.id("link1"), nil)
+		if r.str("cancelReason") != "superseded" || r.str("canceledAt") == "" { // a canceled action reads as expired
+			return fmt.Errorf("superseded action is %q: %s", r.str("state"), truncate(r.raw))
+		}
+		return nil
+	})
+	s.check("POST /users/{userId}/actions/cancel cancels the user's active actions", func() error {
+		r := s.call(a, "POST", "/users/u4/actions/cancel", map[string]any{"reason": "logout"})
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(r.raw, s.id("link2")) {
+			return fmt.Errorf("cancel-all did not cancel %s: %s", s.id("link2"), r.raw)
+		}
+		return nil
+	})
+
+	// --- keys: claim, complete, replay, release, get.
+	s.check("keys: claim 201, in_progress, complete, replay, get", func() error {
+		k := "/keys/" + s.id("job1")
+		r := s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f1"})
+		if err := expect(r, 201, ""); err != nil {
+			return err
+		}
+		tok := r.str("token")
+		if err := expect(s.call(&acme, "POST", k+"/claim", map[string]any{"fingerprint": "f1"}, "Idempotency-Key", s.id("other")), 409, "in_progress"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", k+"/complete", map[string]any{"token": tok, "response": map[string]any{"ok": true}}), 200, ""); err != nil {
+			return err
+		}
+		rp := s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f1"}, "Idempotency-Key", s.id("later-claim"))
+		if err := expect(rp, 200, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(rp.raw, `"ok":true`) {
+			return fmt.Errorf("replay lacks the stored response: %s", rp.raw)
+		}
+		g := s.call(a, "GET", k, nil)
+		if err := expect(g, 200, ""); err != nil {
+			return err
+		}
+		if g.str("state") != "completed" {
+			return fmt.Errorf("state %q", g.str("state"))
+		}
+		return expect(s.call(a, "GET", "/keys/"+s.id("nokey"), nil), 404, "key_not_found")
+	})
+	s.check("keys: release lets the next claim in", func() error {
+		k := "/keys/" + s.id("job2")
+		r := s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f2"})
+		if err := expect(r, 201, ""); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", k+"/release", map[string]any{"token": r.str("token"), "error": "downstream 503"}), 200, ""); err != nil {
+			return err
+		}
+		return expect(s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f2"}, "Idempotency-Key", s.id("retry")), 201, "")
+	})
+
+	// --- expiry: the sweeper's schedule marks a due action expired.
+	var sweep *template.Rule
+	for i, rl := range s.d.Stack.Rules {
+		for _, t := range rl.Targets {
+			if t == "sweeper" && rl.Schedule != "" {
+				sweep = &s.d.Stack.Rules[i]
+			}
+		}
+	}
+	s.check("sweeper: its schedule rule runs it; a due action becomes expired (410)", func() error {
+		if sweep == nil {
+			return fmt.Errorf("no schedule rule targets the sweeper")
+		}
+		exp := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("exp"), "userId": "u5", "expiresAt": exp}), 201, ""); err != nil {
+			return err
+		}
+		return s.eventually(20*time.Second, func() error {
+			if err := s.d.RunSchedule(s.ctx, *sweep); err != nil {
+				return err
+			}
+			r := s.call(a, "GET", "/actions/"+s.id("exp"), nil)
+			if r.str("state") != "expired" || r.str("expiredAt") == "" {
+				return fmt.Errorf("the sweeper did not mark it: %s\n    sweeper output: %s", truncate(r.raw), tail(s.d.Output("sweeper"), 600))
+			}
+			return expect(s.call(a, "POST", "/actions/"+s.id("exp")+"/consume", map[string]any{}), 410, "expired")
+		})
+	})
+
+	// --- events of every transition, through the stream mapping, on the bus.
+	s.check("events: consumed, canceled (cancel, supersede, cancel-all), expired published", func() error {
+		for _, c := range []struct{ typ, id string }{
+			{"action.consumed", s.id("a1")}, {"action.consumed", s.id("pin2")}, {"action.canceled", s.id("c1")},
+			{"action.canceled", s.id("link1")}, {"action.canceled", s.id("link2")}, {"action.expired", s.id("exp")},
+		} {
+			if err := s.waitEvent(c.typ, c.id); err != nil {
+				return err
+			}
+		}
+		if ev, _ := s.event("action.consumed", s.id("pay")); ev != nil && strings.Contains(fmt.Sprint(ev), "S3CRET") {
+			return fmt.Errorf("an event carries the payload")
+		}
+		if s.tenants {
+			if ev, _ := s.event("action.consumed", s.id("a1")); ev["tenant"] != "acme" {
+				return fmt.Errorf("consumed event's tenant %v, want acme", ev["tenant"])
+			}
+		}
+		return nil
+	})
+	s.check("events: key items never reach the publisher (the mapping's filter)", func() error {
+		for _, ev := range s.d.Bus.Events() {
+			if strings.Contains(string(ev.Detail), s.id("job1")) {
+				return fmt.Errorf("an event for a key item: %s", ev.Detail)
+			}
+		}
+		return nil
+	})
+	if s.d.Stack.Functions["audit"] != nil {
+		s.check("example subscriber: the bus rule delivers every event to it, each audited once", func() error {
+			return s.eventually(20*time.Second, func() error {
+				want := map[string]bool{}
+				for _, ev := range s.d.Bus.Events() {
+					want[ev.ID] = true
+				}
+				for _, dl := range s.d.Deliveries() {
+					if dl.Target != "audit" {
+						continue
+					}
+					if dl.Err != nil {
+						return fmt.Errorf("audit failed: %v", dl.Err)
+					}
+					var env struct{ ID string }
+					_ = json.Unmarshal(dl.Event, &env)
+					delete(want, env.ID)
+				}
+				if len(want) > 0 {
+					return fmt.Errorf("%d events not delivered to audit", len(want))
+				}
+				if out := s.d.Output("audit"); !strings.Contains(out, s.id("a1")) {
+					return fmt.Errorf("audit logged no line for %s", s.id("a1"))
+				}
+				return nil
+			})
+		})
+	}
+
+	// --- a poison record: reported, then set aside on the on-failure queue.
+	pub := s.d.Stack.Functions["publisher"]
+	s.check("poison record: set aside on ON_FAILURE_QUEUE_URL, the events around it published", func() error {
+		if pub == nil {
+			return fmt.Errorf("the template has no publisher")
+		}
+		table := s.d.Stack.Functions["create"].Env["TABLE_NAME"]
+		q := queueOf(s.d, pub.Env["ON_FAILURE_QUEUE_URL"])
+		before := len(s.d.Fake.Messages(q))
+		id := "poison-" + s.run
+		_, err := s.d.DB.PutItem(s.ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+			"actionId": &types.AttributeValueMemberS{Value: id}, "userId": &types.AttributeValueMemberS{Value: "u-poison"},
+			"consumedAt": &types.AttributeValueMemberS{Value: "not a time"}, "state": &types.AttributeValueMemberS{Value: "consumed"},
+		}})
+		if err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("after-poison"), "userId": "u6"}), 201, ""); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions/"+s.id("after-poison")+"/consume", map[string]any{}), 200, ""); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.consumed", s.id("after-poison")); err != nil {
+			return err
+		}
+		return s.eventually(30*time.Second, func() error {
+			for _, m := range s.d.Fake.Messages(q)[before:] {
+				if strings.Contains(m, id) {
+					return nil
+				}
+			}
+			return fmt.Errorf("no message about %s on %s", id, q)
+		})
+	})
+
+	// --- the mapping's on-failure destination: EventBridge down longer than
+	// the (scaled) record age: the batch is set aside there; republish
+	// brings its event back.
+	for _, m := range s.d.Stack.Mappings {
+		s.check("mapping "+m.LogicalID+": records past MaximumRecordAge go to its on-failure destination", func() error {
+			if m.OnFailure == "" {
+				return fmt.Errorf("the mapping has no on-failure destination (DestinationConfig.OnFailure): records it gives up on are lost")
+			}
+			if m.MaximumRecordAgeSeconds <= 0 {
+				return fmt.Errorf("the mapping has no MaximumRecordAgeInSeconds: a batch failing without end holds its shard until the stream's retention drops it")
+			}
+			q := ""
+			for _, qu := range s.d.Stack.Queues {
+				if qu.Arn == m.OnFailure {
+					q = qu.Name
+				}
+			}
+			if q == "" {
+				return fmt.Errorf("on-failure destination %s is not a queue of the template", m.OnFailure)
+			}
+			before := len(s.d.Fake.Messages(q))
+			s.d.BusFault.Down(true)
+			defer s.d.BusFault.Down(false)
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("outage"), "userId": "u7"}), 201, ""); err != nil {
+				return err
+			}
+			if err := expect(s.call(a, "POST", "/actions/"+s.id("outage")+"/consume", map[string]any{}), 200, ""); err != nil {
+				return err
+			}
+			// Once the publisher has failed on it, the record is older than
+			// the mapping's limit (its clock moves past it).
+			if err := s.eventually(20*time.Second, func() error {
+				if !strings.Contains(s.d.Output("publisher"), s.id("outage")) && s.d.BusFault.Counts().Unavailable == 0 {
+					return fmt.Errorf("the publisher never tried the outage's record")
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			s.d.AgeRecords(time.Duration(m.MaximumRecordAgeSeconds+60) * time.Second)
+			defer s.d.AgeRecords(0)
+			// The publisher's own retries of a failing PutEvents take ~30 s
+			// before it returns the error the mapping retries on.
+			return s.eventually(90*time.Second, func() error {
+				for _, msg := range s.d.Fake.Messages(q)[before:] {
+					if strings.Contains(msg, "RecordAgeExceeded") {
+						return nil
+					}
+				}
+				return fmt.Errorf("no RecordAgeExceeded batch on %s", q)
+			})
+		})
+	}
+	if s.d.Stack.Functions["republish"] != nil {
+		s.check("republish: a window's events published again with the same ids (the set-aside one too)", func() error {
+			in, _ := json.Marshal(map[string]any{"from": start.Format(time.RFC3339)})
+			out, err := s.d.Invoke(s.ctx, "republish", in)
+			if err != nil {
+				return err
+			}
+			var res struct{ Published, Matched int }
+			_ = json.Unmarshal(out, &res)
+			if res.Published == 0 || res.Published != res.Matched {
+				return fmt.Errorf("republish: %s", out)
+			}
+			if _, n := s.event("action.consumed", s.id("a1")); n < 2 {
+				return fmt.Errorf("consumed event of %s seen %d times, want the original and the republished one", s.id("a1"), n)
+			}
+			return s.waitEvent("action.consumed", s.id("outage"))
+		})
+	}
+
+	// --- the bus policy: only the publisher and republish roles publish
+	// ExactOnce's source, whatever other roles' own policies allow.
+	for _, b := range s.d.Stack.Buses {
+		if b.Policy == nil || pub == nil {
+			continue
+		}
+		s.check("bus policy: a role allowed PutEvents by its own policy still cannot publish source "+pub.Env["EVENT_SOURCE"], func() error {
+			allowAll := []iam.Policy{{Name: "own", Policy: map[string]any{"Version": "2012-10-17", "Statement": []any{
+				map[string]any{"Effect": "Allow", "Action": "events:PutEvents", "Resource": b.Arn}}}}}
+			ask := func(role string) (string, error) {
+				dec, err := s.d.Proxy.Eval.Evaluate(iam.Request{IdentityPolicies: allowAll, ResourcePolicy: b.Policy, Action: "events:PutEvents",
+					Principal: role, Account: template.Account, Resource: b.Arn, Context: map[string]any{"aws:PrincipalArn": role,
+						"events:source": []string{pub.Env["EVENT_SOURCE"]}, "events:detail-type": []string{"action.consumed"}}})
+				return dec.Result, err
+			}
+			other := s.d.Stack.Functions["create"].RoleArn
+			if got, err := ask(other); err != nil || got != "ExplicitlyDenied" {
+				return fmt.Errorf("create's role publishing %s: %s %v (want ExplicitlyDenied by the bus policy)", pub.Env["EVENT_SOURCE"], got, err)
+			}
+			if got, err := ask(pub.RoleArn); err != nil || got != "Allowed" {
+				return fmt.Errorf("the publisher's role: %s %v (want Allowed)", got, err)
+			}
+			return nil
+		})
+	}
+
+	// --- every route of the template called by some check above.
+	s.check("routes: every route of the template was called", func() error {
+		hits := s.d.RouteHits()
+		var missing []string
+		for _, r := range s.d.Stack.Routes {
+			if hits[r.RouteKey] == 0 {
+				missing = append(missing, r.RouteKey+" → "+r.Function)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no check called %s (add one in e2e/checks.go)", strings.Join(missing, ", "))
+		}
+		return nil
+	})
+}
+
+func queueOf(d *deployed.Deployment, url string) string {
+	for _, q := range d.Stack.Queues {
+		if q.URL == url {
+			return q.Name
+		}
+	}
+	return url[strings.LastIndex(url, "/")+1:]
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}

@@ -1,0 +1,46 @@
+package awsfake
+
+import (
+	"context"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/exactonce/exactonce/shared/config"
+)
+
+// TestThroughTheSDK: the real SDK clients accept the fake's answers (the
+// SQS client checks the body's MD5) and see its errors.
+func TestThroughTheSDK(t *testing.T) {
+	s, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	cfg := config.Local(s.URL)
+	q := sqs.NewFromConfig(cfg)
+	s.AddQueue("dlq")
+	url := "https://sqs.us-east-1.amazonaws.com/000000000000/dlq"
+	if _, err := q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Messages("dlq"); len(got) != 1 || got[0] != `{"a":1}` {
+		t.Fatalf("messages %q", got)
+	}
+	if _, err := q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url + "-other"), MessageBody: aws.String("x")}); err == nil {
+		t.Fatal("a message to an unknown queue was accepted")
+	}
+	sm := secretsmanager.NewFromConfig(cfg)
+	arn := "arn:aws:secretsmanager:us-east-1:000000000000:secret:s-e2e000"
+	s.PutSecret(arn, "v1")
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	if err != nil || aws.ToString(out.SecretString) != "v1" {
+		t.Fatalf("secret %v %v", out, err)
+	}
+	if _, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn + "x")}); err == nil {
+		t.Fatal("an unknown secret was found")
+	}
+}
