@@ -45,10 +45,14 @@ test: lint $(TOOLS) ## run every test (lint first, unit, integration against Dyn
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 	go test $(GOTEST_FLAGS) ./infra/...
 
-bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bench/results/
-	EXACTONCE_BENCH_OUT=$(CURDIR)/bench/results EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
+# Results go to bin/bench/ (untracked); RECORD=1 writes the recorded ones in bench/results/.
+BENCH_OUT = $(if $(RECORD),bench/results,bin/bench)
+
+bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bin/bench/ (RECORD=1: bench/results/)
+	@mkdir -p $(BENCH_OUT)
+	EXACTONCE_BENCH_OUT=$(CURDIR)/$(BENCH_OUT) EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
 	  go test -count=1 -timeout 15m -v -run '^TestReport$$' -bench . -benchtime $${BENCHTIME:-200x} ./bench | grep -v '^=== RUN'
-	@echo "written: bench/results/latest.md, bench/results/latest.json"
+	@echo "written: $(BENCH_OUT)/latest.md, $(BENCH_OUT)/latest.json"
 
 build: ## build every Lambda as dist/<name>.zip (arm64, provided.al2023)
 	@mkdir -p dist
