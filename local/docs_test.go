@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,10 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/exactonce/exactonce/internal/testkit"
 )
 
 // Docs are the markdown files whose shell examples TestDocsInOrder runs,
@@ -385,23 +385,12 @@ func (s *servers) stopAll() {
 type localServer struct {
 	cmd     *exec.Cmd
 	port    string
-	mu      sync.Mutex
-	out     bytes.Buffer
+	out     testkit.SyncBuffer // what make run printed, stdout and stderr
 	done    chan struct{}
 	stopped bool
 }
 
-func (l *localServer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.out.Write(p)
-}
-
-func (l *localServer) output() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.out.String()
-}
+func (l *localServer) output() string { return l.out.String() }
 
 var bannerURL = regexp.MustCompile(`ExactOnce local: http://127\.0\.0\.1:(\d+)`)
 
@@ -417,7 +406,7 @@ func startLocal(t *testing.T, root string, env map[string]string) *localServer {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	l := &localServer{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = l, l
+	cmd.Stdout, cmd.Stderr = &l.out, &l.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -528,5 +517,3 @@ func tail(s string) string {
 	}
 	return s
 }
-
-var _ io.Writer = (*localServer)(nil)
