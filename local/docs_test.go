@@ -427,6 +427,20 @@ func startLocal(t *testing.T, root string, env map[string]string) *localServer {
 			t.Fatalf("make run did not print its URL: %s", l.output())
 		}
 	}
+	// The banner's first request works in the server's mode (with tenants
+	// on, it names a caller the map places). Not sent to the plain server:
+	// the docs' figures count what is in its table.
+	if len(env) == 0 {
+		return l
+	}
+	try := regexp.MustCompile(`(?m)^  try: (curl .*)$`).FindStringSubmatch(l.output())
+	if try == nil {
+		t.Fatalf("make run printed no try: line:\n%s", l.output())
+	}
+	out, err := exec.Command("sh", "-c", "curl() { command curl -w '\n@@STATUS %{http_code}' \"$@\"; }\n"+try[1]).Output()
+	if err != nil || !strings.HasSuffix(string(out), "@@STATUS 201") {
+		t.Errorf("the banner's try line (env %v) answered %v %s, want 201", env, err, out)
+	}
 	return l
 }
 
