@@ -28,7 +28,7 @@ func TestHostApp(t *testing.T) {
 	var stack awscdk.Stack
 	var tmpl map[string]any
 	must(t, func() {
-		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir()), Context: &featureFlags})
+		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
 		stack = awscdk.NewStack(app, jsii.String("Shop"), nil)
 		eo := New(stack, "Actions", &Props{Code: AssetCode(placeholders)})
 
