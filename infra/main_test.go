@@ -1,7 +1,12 @@
 package main
 
 import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,5 +99,54 @@ func TestMultiRegionStacks(t *testing.T) {
 	}
 	if s := NewStacks(awscdk.NewApp(nil), "One", "", &awscdk.StackProps{}, exactonce.Props{Code: p.Code}); len(s) != 1 || *s[0].StackName() != "One" {
 		t.Errorf("without regions: %d stacks", len(s))
+	}
+}
+
+// TestFeatureFlags: cdk.json sets every feature flag the pinned aws-cdk-lib
+// recommends (its recommended-feature-flags.json, what `cdk init` writes),
+// to the recommended value, so `make synth` reports no unconfigured flags.
+func TestFeatureFlags(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/aws/aws-cdk-go/awscdk/v2").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgzs, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "jsii", "aws-cdk-lib-*.tgz"))
+	if len(tgzs) != 1 {
+		t.Fatalf("aws-cdk-lib tarball: %v", tgzs)
+	}
+	f, err := os.Open(tgzs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recommended map[string]any
+	for tr := tar.NewReader(gz); recommended == nil; {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no package/recommended-feature-flags.json in %s: %v", tgzs[0], err)
+		}
+		if h.Name == "package/recommended-feature-flags.json" {
+			if err := json.NewDecoder(tr).Decode(&recommended); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, err := os.ReadFile("../cdk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cdk struct{ Context map[string]any }
+	if err := json.Unmarshal(b, &cdk); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d recommended flags", len(recommended))
+	for k, v := range recommended {
+		if got, ok := cdk.Context[k]; !ok || !reflect.DeepEqual(got, v) {
+			t.Errorf("cdk.json: %s is %v, recommended %v", k, got, v)
+		}
 	}
 }

@@ -8,13 +8,16 @@
 // (keep data in this folder; default in memory), EXACTONCE_SECRET (default: a
 // development secret), EXACTONCE_DYNAMODB_ENDPOINT (use a running DynamoDB
 // instead of starting one), EXACTONCE_SWEEP_INTERVAL (how often due actions
-// are marked expired; default 2s).
+// are marked expired; default 2s), EXACTONCE_TENANTS (the tenant map),
+// EXACTONCE_PRINT_METRICS=1 (also print the EMF metric lines the Lambdas
+// print; their totals are always at GET /_local/metrics).
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +31,7 @@ import (
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 func main() {
@@ -61,8 +65,18 @@ func run() error {
 	if err != nil || sweepEvery <= 0 {
 		return fmt.Errorf("EXACTONCE_SWEEP_INTERVAL must be a positive Go duration such as 2s")
 	}
+	tenants, err := tenant.Parse(os.Getenv("EXACTONCE_TENANTS"))
+	if err != nil {
+		return fmt.Errorf("EXACTONCE_TENANTS: %w", err)
+	}
+	// One line per request: the EMF lines (300–500 characters each, one per
+	// request, stream batch and sweep) only when asked for.
+	var metricsOut io.Writer // none
+	if os.Getenv("EXACTONCE_PRINT_METRICS") == "1" {
+		metricsOut = os.Stdout
+	}
 	srv, err := server.New(ctx, server.Options{DynamoDBEndpoint: endpoint, Secret: secret, Log: log, Events: true, SweepEvery: sweepEvery,
-		Tenants: os.Getenv("EXACTONCE_TENANTS")})
+		Tenants: os.Getenv("EXACTONCE_TENANTS"), MetricsOut: metricsOut})
 	if err != nil {
 		return err
 	}
@@ -79,7 +93,7 @@ func run() error {
 	fmt.Printf("ExactOnce local: %s (DynamoDB Local at %s, data %s)\n", url, endpoint, storage)
 	fmt.Printf("  %s\n", secretNote)
 	fmt.Printf("  events: %s/_local/events (local EventBridge); expiry sweep every %s\n", url, sweepEvery)
-	fmt.Printf("  try: curl -s -X POST %s/actions -H 'Content-Type: application/json' -d '{\"userId\":\"u1\"}'\n", url)
+	fmt.Print(banner(url, tenants))
 
 	hs := &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -96,6 +110,21 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+// banner is what the local server says about tenants and a first request
+// that works in its mode.
+func banner(url string, tenants *tenant.Map) string {
+	try := "  try: curl -s -X POST " + url + "/actions -H 'Content-Type: application/json' -d '{\"userId\":\"u1\"}'"
+	if tenants == nil {
+		return try + "\n"
+	}
+	b := "  tenants ON: " + strings.Join(tenants.Names(), ", ") + "; each request's caller is its X-Exactonce-Caller header" +
+		" (a caller in no tenant gets 403 forbidden)\n"
+	if t, caller, ok := tenants.ExampleCaller(); ok {
+		return b + try + " -H 'X-Exactonce-Caller: " + caller + "'   # tenant " + t + "\n"
+	}
+	return b + "  try: curl -s -X POST " + url + "/actions -H 'X-Exactonce-Caller: <a principal ARN your map places>' -d '{\"userId\":\"u1\"}'\n"
 }
 
 // localSecret returns EXACTONCE_SECRET, or a development secret: kept in the

@@ -131,7 +131,7 @@ func onlyOurFunctionsPublish(bus awsevents.EventBus, source string, roles ...aws
 			// Authorization Reference): a plain StringEquals on it never
 			// matches, so the deny would never apply; ForAnyValue does.
 			"ForAnyValue:StringEquals": map[string]any{"events:source": source},
-			"ArnNotEquals": map[string]any{"aws:PrincipalArn": arns},
+			"ArnNotEquals":             map[string]any{"aws:PrincipalArn": arns},
 		},
 	}))
 }

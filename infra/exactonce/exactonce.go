@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
@@ -315,7 +316,8 @@ func newServerSecret(b *build, scope constructs.Construct) (awssecretsmanager.Se
 }
 
 // GrantInvoke lets grantee call one route, named by its function (see
-// Routes: "create", "consume", "keyclaim", …): execute-api:Invoke on that
+// Routes: "create", "get", "consume", "cancel", "keyclaim", "keycomplete",
+// "keyrelease", "keyget", "userlist", "usercancel"): execute-api:Invoke on that
 // route's ARN, api/<any stage>/METHOD/path with each path parameter a *,
 // and nothing else. Only with AuthIAM; with AuthJWT a caller needs a token
 // with the route's scope.
@@ -336,7 +338,11 @@ func (e *ExactOnce) GrantInvoke(grantee awsiam.IGrantable, route string) awsiam.
 func (e *ExactOnce) RouteArn(route string) *string {
 	i := slices.IndexFunc(Routes, func(r Route) bool { return r.Function == route })
 	if i < 0 {
-		panic(fmt.Sprintf("exactonce: no route %q (routes are named by their function: create, get, consume, cancel, keyclaim, keycomplete, keyrelease, keyget)", route))
+		names := make([]string, len(Routes))
+		for i, r := range Routes {
+			names[i] = r.Function
+		}
+		panic(fmt.Sprintf("exactonce: no route %q (routes are named by their function: %s)", route, strings.Join(names, ", ")))
 	}
 	if e.ApiPart.auth != AuthIAM {
 		panic("exactonce: GrantInvoke needs AuthIAM; with AuthJWT give the caller a token with the route's scope")

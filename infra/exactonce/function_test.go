@@ -95,8 +95,9 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
+	// Actions in a statement are sorted: cdk.json's @aws-cdk/aws-iam:minimizePolicies.
 	want := map[string][]string{
-		"create": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CreateLogs`, `Allow ["dynamodb:UpdateItem","dynamodb:BatchGetItem"] on Actions`,
+		"create": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CreateLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:UpdateItem"] on Actions`,
 			`Allow "dynamodb:Query" on Actions/index/byUser`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		// The list function may Query the user index and read items, nothing else.
 		"userlist": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UserlistLogs`, `Allow "dynamodb:BatchGetItem" on Actions`,
@@ -107,11 +108,11 @@ func TestLeastPrivilege(t *testing.T) {
 		"consume": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ConsumeLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
 		"publisher": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on PublisherLogs`, `Allow "events:PutEvents" on Bus`,
-			`Allow ["sqs:SendMessage","sqs:GetQueueAttributes","sqs:GetQueueUrl"] on PublisherOnFailure`,
+			`Allow ["sqs:GetQueueAttributes","sqs:GetQueueUrl","sqs:SendMessage"] on PublisherOnFailure`,
 			`Allow "dynamodb:ListStreams" on *`,
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
-			`Allow ["dynamodb:UpdateItem","dynamodb:GetItem","dynamodb:BatchGetItem"] on Actions`},
+			`Allow ["dynamodb:BatchGetItem","dynamodb:GetItem","dynamodb:UpdateItem"] on Actions`},
 		"republish": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on RepublishLogs`, `Allow "dynamodb:Scan" on Actions`, `Allow "events:PutEvents" on Bus`},
 	}
 	// The /keys functions reach only idempotency-key items, never an action.

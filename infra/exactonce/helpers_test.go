@@ -17,6 +17,11 @@ import (
 // moduleRoot is the repository root (tests run in a temporary folder, see TestMain).
 var moduleRoot string
 
+// featureFlags are the CDK feature flags of cdk.json (its "@aws-cdk…"
+// context), which `make synth` and `make deploy` run with: the tests
+// synthesize with them too, so what they check is what deploys.
+var featureFlags map[string]any
+
 // placeholders holds a placeholder bootstrap per function (the real build
 // is exercised by TestAssetHashesStable).
 var placeholders string
@@ -30,6 +35,20 @@ func TestMain(m *testing.M) {
 		var err error
 		if moduleRoot, err = filepath.Abs("../.."); err != nil {
 			panic(err)
+		}
+		cdkJSON, err := os.ReadFile(filepath.Join(moduleRoot, "cdk.json"))
+		if err != nil {
+			panic(err)
+		}
+		var cdk struct{ Context map[string]any }
+		if err := json.Unmarshal(cdkJSON, &cdk); err != nil {
+			panic(err)
+		}
+		featureFlags = map[string]any{}
+		for k, v := range cdk.Context {
+			if strings.HasPrefix(k, "@aws-cdk") {
+				featureFlags[k] = v
+			}
 		}
 		dir, err := os.MkdirTemp("", "exactonce-test")
 		if err != nil {
@@ -70,7 +89,7 @@ func synthStack(t *testing.T, id string, p Props) (awscdk.Stack, map[string]any)
 	var stack awscdk.Stack
 	var tmpl map[string]any
 	must(t, func() {
-		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
+		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir()), Context: &featureFlags})
 		stack = awscdk.NewStack(app, jsii.String(id), nil)
 		New(stack, "ExactOnce", &p).AddOutputs(stack)
 		awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{Verbose: jsii.Bool(true)}), nil)

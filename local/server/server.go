@@ -6,10 +6,15 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,8 +78,8 @@ type Options struct {
 	SweepEvery time.Duration
 	// ExpiryShards of the expiry index (default store.DefaultExpiryShards).
 	ExpiryShards int
-	// MetricsOut receives the EMF metric lines (default os.Stdout); their
-	// totals are at GET /_local/metrics.
+	// MetricsOut receives the EMF metric lines (nil: none are printed); their
+	// totals are at GET /_local/metrics either way.
 	MetricsOut io.Writer
 }
 
@@ -128,7 +133,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	cfg := config.Config{Table: o.Table, Retention: o.Retention, Secret: o.Secret, ExpiryShards: o.ExpiryShards,
 		SecretSource: o.SecretSource, Tenants: tenants}
 	if o.MetricsOut == nil {
-		o.MetricsOut = os.Stdout
+		o.MetricsOut = io.Discard
 	}
 	metrics := telemetry.New(o.MetricsOut)
 	api, err := app.New(ctx, cfg, awsCfg, o.Log, metrics)
@@ -223,15 +228,20 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 }
 
 // republishHandler runs the republish Lambda's handler on the local table
-// and bus: POST /_local/republish with its input, {"from","to"?,"segments"?}.
+// and bus: POST /_local/republish with its input, {"from","to"?,"segments"?,
+// "only"?}. Bad input is a 400 naming the field, as on the API.
 func (s *Server) republishHandler(log *slog.Logger) http.Handler {
 	r := &republish.Republisher{DB: s.DB, Table: s.Table, Publisher: s.Publisher, Log: log}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		var in republish.Request
-		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<10)).Decode(&in); err != nil {
+		in, err := decodeRepublish(http.MaxBytesReader(w, req.Body, 64<<10))
+		if err == nil {
+			err = in.Validate()
+		}
+		var bad *republish.RequestError
+		if errors.As(err, &bad) {
 			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": err.Error()})
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_request", "message": bad.Field + " " + bad.Message, "field": bad.Field})
 			return
 		}
 		res, err := r.Handle(req.Context(), in)
@@ -244,6 +254,32 @@ func (s *Server) republishHandler(log *slog.Logger) http.Handler {
 	})
 }
 
+// decodeRepublish reads one republish.Request; what is not one is a
+// *republish.RequestError naming the field (or "body").
+func decodeRepublish(body io.Reader) (republish.Request, error) {
+	var in republish.Request
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&in)
+	if err == nil && dec.More() {
+		err = errors.New("holds more than one JSON value")
+	}
+	if err == nil {
+		return in, nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return in, &republish.RequestError{Field: te.Field, Message: "must be a JSON " + te.Type.Kind().String()}
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return in, &republish.RequestError{Field: strings.Trim(f, `"`), Message: "is not a field of a republish request"}
+	}
+	if errors.Is(err, io.EOF) {
+		return in, &republish.RequestError{Field: "from", Message: "is required"}
+	}
+	return in, &republish.RequestError{Field: "body", Message: "must be one JSON object: " + err.Error()}
+}
+
 // background runs f until Close.
 func (s *Server) background(f func(context.Context)) {
 	s.bg.Go(func() { f(s.ctx) })
@@ -251,17 +287,50 @@ func (s *Server) background(f func(context.Context)) {
 
 // sameOrigin refuses what a browser marks as coming from another site: a
 // web page the developer has open could otherwise POST to the local server
-// (a simple cross-site POST needs no preflight). curl and other programs
-// send neither header and pass.
+// (a simple cross-site POST needs no preflight). It also refuses a Host
+// other than the address the connection reached (or localhost on a
+// loopback one): a page whose own name was rebound to 127.0.0.1 (DNS
+// rebinding) is same-origin to the browser, but its requests carry that
+// name as Host. curl and other programs send no Origin and the Host they
+// connected to, and pass.
 func sameOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
-		if r.Header.Get("Sec-Fetch-Site") == "cross-site" || origin != "" && origin != "http://"+r.Host {
+		crossSite := r.Header.Get("Sec-Fetch-Site") == "cross-site" || origin != "" && origin != "http://"+r.Host
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if crossSite || !hostIsListenAddr(r.Host, local) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write([]byte(`{"error":"forbidden","message":"cross-site requests are refused by the local server"}` + "\n"))
+			_, _ = w.Write([]byte(`{"error":"forbidden","message":"cross-site requests and other host names are refused by the local server"}` + "\n"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hostIsListenAddr reports whether a request's Host names the address its
+// connection reached: that IP and port, or localhost and the port when the
+// address is a loopback one. Without a known address (a handler called
+// directly) there is nothing to check.
+func hostIsListenAddr(host string, local net.Addr) bool {
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok {
+		return local == nil
+	}
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		name, port = host, "80"
+	}
+	if port != strconv.Itoa(tcp.Port) {
+		return false
+	}
+	listen, ok := netip.AddrFromSlice(tcp.IP)
+	if !ok {
+		return false
+	}
+	if strings.EqualFold(name, "localhost") {
+		return listen.Unmap().IsLoopback()
+	}
+	ip, err := netip.ParseAddr(name)
+	return err == nil && ip.Unmap() == listen.Unmap()
 }

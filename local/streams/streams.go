@@ -169,6 +169,8 @@ func (r *Reader) Run(ctx context.Context) error {
 		for id, it := range iters {
 			next, got, err := r.shard(ctx, arn, id, it)
 			switch {
+			case err != nil && ctx.Err() != nil: // stopping: nothing failed
+				return ctx.Err()
 			case err != nil:
 				r.Log.Warn("stream read failed", "shard", id, "error", err.Error())
 				r.wait(ctx, time.Second) // keep the iterator: the batch is read again

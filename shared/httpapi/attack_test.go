@@ -187,6 +187,9 @@ func TestWrongPINKeyedResend(t *testing.T) {
 	// first body held a PIN, comparing with it counts as a guess.
 	r := do(t, env, "POST", "/actions/kr/consume", `{"pin":"2468"}`, "Idempotency-Key", "w-1")
 	expect(t, env, r, 422, "idempotency_key_reused", twoUpdates)
+	if r.Body["attemptsRemaining"] != 1.0 { // the guess it spent is the caller's business, as on a 403
+		t.Errorf("422 that spent a guess: %s, want attemptsRemaining 1", r.Raw)
+	}
 	if g := do(t, env, "GET", "/actions/kr", ""); g.Body["pinAttemptsRemaining"] != 1.0 {
 		t.Fatalf("after re-sends: %s", g.Raw)
 	}
@@ -209,6 +212,9 @@ func TestReplayIsNotAPINOracle(t *testing.T) {
 	for i, pin := range []string{"0001", "0002", "0003"} {
 		r := do(t, env, "POST", "/actions/ro/consume", `{"pin":"`+pin+`"}`, "Idempotency-Key", "c-1")
 		expect(t, env, r, 422, "idempotency_key_reused", twoUpdates)
+		if r.Body["attemptsRemaining"] != float64(2-i) {
+			t.Errorf("guess %d: %s, want attemptsRemaining %d", i, r.Raw, 2-i)
+		}
 		if strings.Contains(r.Raw, secret) {
 			t.Fatalf("guess %d: %s", i, r.Raw)
 		}

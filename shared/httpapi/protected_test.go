@@ -213,7 +213,11 @@ func TestIdempotentConsumeAndCancel(t *testing.T) {
 	if again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("consume replay: %s", again.Raw)
 	}
-	expect(t, env, do(t, env, "POST", "/actions/ic/consume", `{"reason":"other"}`, "Idempotency-Key", "c-1"), 422, "idempotency_key_reused", update)
+	r := do(t, env, "POST", "/actions/ic/consume", `{"reason":"other"}`, "Idempotency-Key", "c-1")
+	expect(t, env, r, 422, "idempotency_key_reused", update)
+	if r.Body["attemptsRemaining"] != nil {
+		t.Errorf("422 without a PIN: %s, want no attemptsRemaining", r.Raw)
+	}
 	expect(t, env, do(t, env, "POST", "/actions/ic/consume", `{"reason":"r"}`, "Idempotency-Key", "c-2"), 409, "already_used", update)
 	expect(t, env, do(t, env, "POST", "/actions/ic/consume", `{"reason":"r"}`), 409, "already_used", update)
 

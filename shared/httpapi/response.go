@@ -150,6 +150,12 @@ func rejection(r *action.Rejection, requestID string) events.APIGatewayV2HTTPRes
 		case action.CodeInvalidPIN:
 			n := a.PINAttemptsRemaining()
 			body.AttemptsRemaining = &n
+		case action.CodeKeyReused:
+			// On a PIN action the comparison spent a guess: say what is left.
+			if action.IsGuess(r) {
+				n := a.PINAttemptsRemaining()
+				body.AttemptsRemaining = &n
+			}
 		case action.CodePINRequired:
 			body.Field = "pin"
 		}
@@ -171,8 +177,9 @@ func errorResponse(c action.Code, requestID string, headers map[string]string) e
 	return respond(Status(c), errorBody{Error: c, Message: messages[c], RequestID: requestID}, headers)
 }
 
-// respond encodes body as JSON. Deterministic encoding keeps a replayed body
-// byte-identical to the first one.
+// respond encodes body as JSON, ending with a newline (so a terminal's
+// prompt does not run into curl's output). Deterministic encoding keeps a
+// replayed body byte-identical to the first one.
 func respond(status int, body any, headers map[string]string) events.APIGatewayV2HTTPResponse {
 	out, err := json.Marshal(body, json.Deterministic(true))
 	if err != nil { // only a bug can get here: every body is a plain struct
@@ -182,5 +189,5 @@ func respond(status int, body any, headers map[string]string) events.APIGatewayV
 	for k, v := range headers {
 		h[k] = v
 	}
-	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: h, Body: string(out)}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: h, Body: string(out) + "\n"}
 }

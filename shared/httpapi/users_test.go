@@ -187,7 +187,7 @@ func TestCancelAllByKind(t *testing.T) {
 	env.Counter.Take()
 	r := do(t, env, "POST", "/users/u/actions/cancel", `{"kind":"login","reason":"sign out"}`)
 	expect(t, env, r, 200, "", map[string]int{"Query": 1, "BatchGetItem": 1, "UpdateItem": 2})
-	if r.Raw != `{"canceled":2,"actionIds":["k0","k1"]}` {
+	if r.Raw != `{"canceled":2,"actionIds":["k0","k1"]}`+"\n" {
 		t.Fatalf("cancel-all by kind: %s", r.Raw)
 	}
 	if g := do(t, env, "GET", "/actions/k2", ""); g.Str("state") != "active" {

@@ -57,6 +57,57 @@ type Result struct {
 	Millis      int64    `json:"durationMs"`
 }
 
+// RequestError is a Request that cannot be run; Field names its field.
+type RequestError struct{ Field, Message string }
+
+func (e *RequestError) Error() string { return "republish: " + e.Field + " " + e.Message }
+
+// Validate checks req as Handle does before it reads anything: a
+// *RequestError names the field at fault.
+func (req Request) Validate() error {
+	_, _, _, _, err := req.window(time.Now())
+	return err
+}
+
+// window is the request's time window (to defaulting to now), its segment
+// count and the segments to scan.
+func (req Request) window(now time.Time) (from, to time.Time, total int, segments []int, err error) {
+	if req.From == "" {
+		return from, to, 0, nil, &RequestError{Field: "from", Message: "is required (an RFC 3339 time)"}
+	}
+	if from, err = time.Parse(time.RFC3339Nano, req.From); err != nil {
+		return from, to, 0, nil, &RequestError{Field: "from", Message: "must be an RFC 3339 time such as 2026-11-22T00:00:00Z"}
+	}
+	to = now
+	if req.To != "" {
+		if to, err = time.Parse(time.RFC3339Nano, req.To); err != nil {
+			return from, to, 0, nil, &RequestError{Field: "to", Message: "must be an RFC 3339 time such as 2026-11-23T00:00:00Z"}
+		}
+	}
+	if !from.Before(to) {
+		return from, to, 0, nil, &RequestError{Field: "from", Message: "must be before to (" + to.UTC().Format(time.RFC3339) + ")"}
+	}
+	total = req.Segments
+	if total < 0 || total > 1000 {
+		return from, to, 0, nil, &RequestError{Field: "segments", Message: "must be 1 to 1000"}
+	}
+	if total == 0 {
+		total = DefaultSegments
+	}
+	segments = req.Only
+	if len(segments) == 0 {
+		for i := range total {
+			segments = append(segments, i)
+		}
+	}
+	for _, s := range segments {
+		if s < 0 || s >= total {
+			return from, to, 0, nil, &RequestError{Field: "only", Message: fmt.Sprintf("segment %d is not in 0..%d", s, total-1)}
+		}
+	}
+	return from, to, total, segments, nil
+}
+
 // Republisher reads one table and publishes through one publisher.
 type Republisher struct {
 	DB        *dynamodb.Client
@@ -74,36 +125,9 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 		now = r.Now
 	}
 	start := now()
-	from, err := time.Parse(time.RFC3339Nano, req.From)
+	from, to, total, segments, err := req.window(start)
 	if err != nil {
-		return Result{}, fmt.Errorf("republish: from must be an RFC 3339 time: %w", err)
-	}
-	to := start
-	if req.To != "" {
-		if to, err = time.Parse(time.RFC3339Nano, req.To); err != nil {
-			return Result{}, fmt.Errorf("republish: to must be an RFC 3339 time: %w", err)
-		}
-	}
-	if !from.Before(to) {
-		return Result{}, fmt.Errorf("republish: from %s is not before to %s", req.From, to.Format(time.RFC3339))
-	}
-	total := req.Segments
-	if total <= 0 {
-		total = DefaultSegments
-	}
-	if total > 1000 {
-		return Result{}, fmt.Errorf("republish: at most 1000 segments")
-	}
-	segments := req.Only
-	if len(segments) == 0 {
-		for i := range total {
-			segments = append(segments, i)
-		}
-	}
-	for _, s := range segments {
-		if s < 0 || s >= total {
-			return Result{}, fmt.Errorf("republish: segment %d is not in 0..%d", s, total-1)
-		}
+		return Result{}, err
 	}
 	res := Result{From: store.FormatTime(from), To: store.FormatTime(to), Segments: total}
 	var mu sync.Mutex

@@ -217,7 +217,9 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 		values = append(values, telemetry.Value{Name: "ExpiryLag", Unit: telemetry.Milliseconds, Value: float64(r.MaxLagMs)})
 	}
 	s.Metrics.Emit([]telemetry.Dim{{Name: "Function", Value: "sweeper"}}, values...)
-	if s.Log != nil && (r.Due > 0 || !r.Complete) { // idle sweeps stay quiet
+	// Idle sweeps stay quiet, and so does one its caller stopped on purpose
+	// (the local server shutting down); a budget or deadline that ran out is said.
+	if s.Log != nil && (r.Due > 0 || !r.Complete && !errors.Is(ctx.Err(), context.Canceled)) {
 		s.Log.Info("sweep", "due", r.Due, "expired", r.Expired, "finished", r.Finished, "complete", r.Complete, "durationMs", r.DurationMs)
 	}
 	if firstErr != nil {

@@ -1,0 +1,63 @@
+package httpapi_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDocsListEveryOutcome: the metrics table's Outcome list names every
+// outcome the handlers can record: each success outcome they set and each
+// error code of the action and key domains.
+func TestDocsListEveryOutcome(t *testing.T) {
+	files, _ := filepath.Glob("../../docs/*.md")
+	var docs strings.Builder
+	for _, f := range append([]string{"../../README.md"}, files...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(b)
+	}
+	var row string
+	for _, l := range strings.Split(docs.String(), "\n") {
+		if strings.HasPrefix(l, "| `Requests` (Count)") {
+			row = l
+		}
+	}
+	if row == "" {
+		t.Fatal("the docs lost the metrics table's Requests row")
+	}
+	literal := regexp.MustCompile(`"([a-z_]+)"`)
+	outcomes := map[string]bool{}
+	sources, _ := filepath.Glob("*.go")
+	sources = append(sources, "../action/outcome.go", "../idemkey/idemkey.go")
+	for _, f := range sources {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "outcome = ") || strings.Contains(l, "keyAnswer(err") || strings.Contains(l, " Code = \"") {
+				for _, m := range literal.FindAllStringSubmatch(l, -1) {
+					if m[1] != "true" { // the Idempotent-Replayed header's value
+						outcomes[m[1]] = true
+					}
+				}
+			}
+		}
+	}
+	if len(outcomes) < 20 {
+		t.Fatalf("found only %d outcomes in the source: %v", len(outcomes), outcomes)
+	}
+	for o := range outcomes {
+		if !strings.Contains(row, "`"+o+"`") {
+			t.Errorf("the metrics table's Outcome list misses %s", o)
+		}
+	}
+}
