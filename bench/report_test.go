@@ -131,7 +131,7 @@ func benchN(t *testing.T) int {
 	return 200
 }
 
-// TestReport measures what the README claims: DynamoDB requests per outcome
+// TestReport measures what the docs claim (docs/design.md, "Measured"): DynamoDB requests per outcome
 // (ours against the two alternative designs), latency through the local API
 // against the store alone, the publisher's PutEvents per 1,000 records,
 // function sizes, cold starts, and the cost per million consumes. It checks
@@ -190,7 +190,7 @@ func TestReport(t *testing.T) {
 }
 
 // userRouteLimits are the calls over a user's actions, by label, with the
-// requests they may take (README: "A user's actions").
+// requests they may take (docs/http-api.md: "A user's actions").
 var userRouteLimits = map[string]int{
 	"ok (a page of 3: Query + BatchGetItem)":                                                          2,
 	"canceled (3 actions, 2 open: Query + BatchGetItem + 2 UpdateItem)":                               4,

@@ -6,7 +6,7 @@ package idempotency_test
 // tests/functional/idempotency/_boto3/test_idempotency.py and
 // tests/e2e/idempotency. Each test names the Powertools tests it mirrors.
 // Behaviours that do not apply, and deliberate differences, are listed in the
-// README's comparison table with their reasons.
+// comparison table of docs/idempotency.md with their reasons.
 
 import (
 	"context"

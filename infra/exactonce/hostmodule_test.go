@@ -11,11 +11,11 @@ import (
 	"testing"
 )
 
-// TestHostModule does what a user does with the README's "Embed in your CDK
-// app": a Go module of their own, outside this repository, that requires
-// ExactOnce (here through a replace to this checkout, as the README's
+// TestHostModule does what a user does with docs/cdk-construct.md ("Embed in
+// your CDK app"): a Go module of their own, outside this repository, that requires
+// ExactOnce (here through a replace to this checkout, as the page's
 // install line from a checkout does), tidied with `go mod tidy`, whose
-// main.go builds the functions with BuildFunctions and runs the README's
+// main.go builds the functions with BuildFunctions and runs the page's
 // code. It synthesizes, and the functions' binaries come out for Lambda,
 // although the host's go.sum has no entry for what only the functions
 // import (the SQS client of the publisher).
@@ -23,13 +23,13 @@ func TestHostModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a CDK app in a new module")
 	}
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	page, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "cdk-construct.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := regexp.MustCompile("(?s)```go\nfunc Example\\(\\) \\{\n(.*?)\n\\}\n```").FindSubmatch(readme)
+	body := regexp.MustCompile("(?s)```go\nfunc Example\\(\\) \\{\n(.*?)\n\\}\n```").FindSubmatch(page)
 	if body == nil {
-		t.Fatal(`README: no "func Example() {" block in "Embed in your CDK app"`)
+		t.Fatal(`docs/cdk-construct.md: no "func Example() {" block`)
 	}
 	example, err := os.ReadFile(filepath.Join(moduleRoot, "infra", "exactonce", "example_test.go"))
 	if err != nil {
@@ -45,10 +45,10 @@ func TestHostModule(t *testing.T) {
 		"func main() {\n\tdefer jsii.Close()\n" +
 		"\tif err := exactonce.BuildFunctions(\".\", \"dist/lambda\"); err != nil {\n\t\tlog.Fatal(err)\n\t}\n" +
 		string(body[1]) + "\n}\n"
-	// The README's Example ends with its expected output as a comment.
+	// The page's Example ends with its expected output as a comment.
 	want := regexp.MustCompile(`// Output: (.*)`).FindStringSubmatch(mainGo)
 	if want == nil {
-		t.Fatal("README example: no // Output: line")
+		t.Fatal("docs/cdk-construct.md example: no // Output: line")
 	}
 	if err := os.WriteFile(filepath.Join(host, "main.go"), []byte(mainGo), 0o644); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
-// Monitoring is the alarms (README "Operating it" says what each means and
+// Monitoring is the alarms (docs/operating.md, "Alarms", says what each means and
 // what to do), the topic that emails them (with Props.AlarmEmail), and the
 // dashboard.
 type Monitoring struct {

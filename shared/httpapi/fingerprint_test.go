@@ -50,7 +50,7 @@ func TestFingerprintNumbersExact(t *testing.T) {
 // the same key with another body is 422 on that action and operation, while
 // the same key on another action (another actionId, another path) or for
 // another operation on the same action is another call. These held before;
-// what changed is that README and OpenAPI now say so (they promised 422 for
+// what changed is that docs/http-api.md and OpenAPI now say so (they promised 422 for
 // any other body).
 func TestIdempotencyKeyScope(t *testing.T) {
 	env := testkit.NewEnv(t)

@@ -1,7 +1,7 @@
 package httpapi_test
 
 // Reproductions from an adversarial review: each test failed on the code as
-// reviewed (the comment says how) and states the promise (README) it holds
+// reviewed (the comment says how) and states the promise (docs/) it holds
 // the code to; each passes since its fix.
 
 import (
@@ -17,7 +17,7 @@ import (
 )
 
 // TestReviewCancelAllKeyReusedWithOtherBody: "Same key + other body is 422"
-// holds for every POST (README, Idempotency-Key). A cancel-all re-sent with
+// holds for every POST (docs/http-api.md, Idempotency-Key). A cancel-all re-sent with
 // its key but another kind is not a retry: it must be refused 422 and cancel
 // nothing. Instead it cancels the other kind's actions and answers 200.
 func TestReviewCancelAllKeyReusedWithOtherBody(t *testing.T) {
@@ -81,7 +81,7 @@ func TestReviewDerivedIDNotTenantBound(t *testing.T) {
 	}
 }
 
-// TestReviewRetiredKeyKeyedRetryOfRightPIN: README, rotation: "Retiring too
+// TestReviewRetiredKeyKeyedRetryOfRightPIN: docs/operating.md, rotation: "Retiring too
 // early loses nothing, but consumes of such actions answer 503 until A is
 // back", and a function "never writes what it cannot verify". A keyed
 // consume with the RIGHT PIN whose reservation committed but whose consume
