@@ -31,9 +31,9 @@ func TestHostGuard(t *testing.T) {
 		{"127.0.0.1:" + port, "http://127.0.0.1:" + port, 200},
 		{"attacker.example:" + port, "http://attacker.example:" + port, 403}, // rebinding, same-origin to the browser
 		{"attacker.example:" + port, "", 403},
-		{"127.0.0.2:" + port, "", 403},     // another address than the one listened on
-		{"127.0.0.1:1", "", 403},           // another port
-		{"127.0.0.1", "", 403},             // port 80 implied
+		{"127.0.0.2:" + port, "", 403}, // another address than the one listened on
+		{"127.0.0.1:1", "", 403},       // another port
+		{"127.0.0.1", "", 403},         // port 80 implied
 		{"127.0.0.1:" + port, "http://evil.example", 403},
 	} {
 		for _, path := range []string{"/_local/events", "/actions/nope"} {
