@@ -65,6 +65,7 @@ func (a *API) Routes() map[string]Handler {
 		RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel,
 		RouteKeyClaim: a.Claim, RouteKeyComplete: a.Complete, RouteKeyRelease: a.Release, RouteKeyGet: a.GetKey,
 		RouteUserList: a.ListUser, RouteUserCancel: a.CancelUser,
+		RouteUseRelease: a.ReleaseUse, RouteUseList: a.ListUses,
 	}
 }
 
@@ -192,6 +193,9 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		}
 		if err := action.ValidateConsume(&req); err != nil {
 			return fail(err)
+		}
+		if req.UseID != "" {
+			return a.take(ctx, c, id, &req, r)
 		}
 		act, err := a.consume(ctx, c, id, &req, r)
 		var headers map[string]string

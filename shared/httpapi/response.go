@@ -31,7 +31,14 @@ type View struct {
 	PINProtected         bool              `json:"pinProtected"`
 	PINAttemptsRemaining *int              `json:"pinAttemptsRemaining,omitempty"`
 	LockedAt             string            `json:"lockedAt,omitempty"`
-	Payload              jsontext.Value    `json:"payload,omitzero"`
+	// Multi-use actions only (absent on a single-use one): see uses.go.
+	MaxUses       *int           `json:"maxUses,omitempty"`
+	Releasable    bool           `json:"releasable,omitzero"`
+	UsesHeld      *int           `json:"usesHeld,omitempty"`
+	UsesRemaining *int           `json:"usesRemaining,omitempty"`
+	UseID         string         `json:"useId,omitempty"` // a take's answer
+	UsedAt        string         `json:"usedAt,omitempty"`
+	Payload       jsontext.Value `json:"payload,omitzero"`
 }
 
 // view renders a as it reads at instant at. The payload is added by the
@@ -55,6 +62,9 @@ func view(a *action.Action, at time.Time) *View {
 	if a.PINProtected() {
 		n := a.PINAttemptsRemaining()
 		v.PINAttemptsRemaining = &n
+	}
+	if a.MultiUse() {
+		useCounts(v, a)
 	}
 	return v
 }
@@ -88,6 +98,7 @@ type errorBody struct {
 	ActiveAt          string      `json:"activeAt,omitempty"`
 	LockedAt          string      `json:"lockedAt,omitempty"`
 	AttemptsRemaining *int        `json:"attemptsRemaining,omitempty"`
+	MaxUses           *int        `json:"maxUses,omitempty"`
 	RequestID         string      `json:"requestId"`
 }
 
@@ -98,9 +109,9 @@ func Status(c action.Code) int {
 		return http.StatusBadRequest
 	case action.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case action.CodeNotFound:
+	case action.CodeNotFound, action.CodeUseNotFound:
 		return http.StatusNotFound
-	case action.CodeExists, action.CodeAlreadyUsed, action.CodeNotActive:
+	case action.CodeExists, action.CodeAlreadyUsed, action.CodeNotActive, action.CodeNoUsesLeft, action.CodeNotReleasable:
 		return http.StatusConflict
 	case action.CodeCanceled, action.CodeExpired:
 		return http.StatusGone
@@ -130,6 +141,10 @@ var messages = map[action.Code]string{
 	action.CodeKeyReused:   "this Idempotency-Key was used with a different request body",
 	action.CodeUnavailable: "the action store is unavailable; retry after the given delay",
 	action.CodeInternal:    "internal error",
+
+	action.CodeNoUsesLeft:    "every use of the action is held: no use is left for a new useId",
+	action.CodeUseNotFound:   "this useId holds no use of the action",
+	action.CodeNotReleasable: "the action's uses cannot be released (it was not created releasable)",
 }
 
 // rejection renders a domain rejection with the stable context of the action.
@@ -152,6 +167,8 @@ func rejection(r *action.Rejection, requestID string) events.APIGatewayV2HTTPRes
 			body.AttemptsRemaining = &n
 		case action.CodePINRequired:
 			body.Field = "pin"
+		case action.CodeNoUsesLeft:
+			body.MaxUses = &a.MaxUses
 		}
 	}
 	return respond(Status(r.Code), body, nil)

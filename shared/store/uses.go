@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/internal/dynamoitem"
+	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/tenant"
+)
+
+// Attributes of a multi-use action (a single-use item has none of them).
+// uses maps each useId to its latest use; useN maps it to the count of
+// uses held right after that use was taken (a separate map: one update
+// cannot set a map and a path inside it); useKeys maps the keyed digest of
+// a take's Idempotency-Key to its useId.
+const (
+	attrMaxUses    = "maxUses"
+	attrReleasable = "releasable" // true, or absent
+	attrUsesHeld   = "usesHeld"
+	attrUses       = "uses"
+	attrUseN       = "useN"
+	attrUseKeys    = "useKeys"
+
+	// Fields of one use in uses.
+	useAt         = "at"
+	useReason     = "reason"
+	useKey        = "k"
+	useFP         = "f"
+	useReleasedAt = "rel"
+	useRelKey     = "rk"
+	useRelFP      = "rf"
+)
+
+// setUses adds a multi-use action's fields to its create.
+func setUses(u *update, a *action.Action) {
+	empty := func() types.AttributeValue {
+		return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+	}
+	u.set(attrMaxUses, n(int64(a.MaxUses)))
+	if a.Releasable {
+		u.set(attrReleasable, &types.AttributeValueMemberBOOL{Value: true})
+	}
+	u.set(attrUsesHeld, n(0))
+	u.set(attrUses, empty())
+	u.set(attrUseN, empty())
+	u.set(attrUseKeys, empty())
+}
+
+// decodeUses reads a multi-use action's fields.
+func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
+	a.MaxUses = int(d.Num(attrMaxUses))
+	if !a.MultiUse() {
+		return
+	}
+	switch v := d.Item[attrReleasable].(type) {
+	case nil:
+	case *types.AttributeValueMemberBOOL:
+		a.Releasable = v.Value
+	default:
+		d.Fail(attrReleasable)
+	}
+	a.UsesHeld = int(d.Num(attrUsesHeld))
+	uses, _ := d.Item[attrUses].(*types.AttributeValueMemberM)
+	ns, _ := d.Item[attrUseN].(*types.AttributeValueMemberM)
+	keys, _ := d.Item[attrUseKeys].(*types.AttributeValueMemberM)
+	if uses == nil || ns == nil || keys == nil {
+		d.Fail(attrUses)
+		return
+	}
+	a.Uses = make(map[string]action.Use, len(uses.Value))
+	for id, v := range uses.Value {
+		m, ok := v.(*types.AttributeValueMemberM)
+		if !ok {
+			d.Fail(attrUses + "." + id)
+			continue
+		}
+		f := dynamoitem.Decoder{Item: m.Value}
+		nd := dynamoitem.Decoder{Item: map[string]types.AttributeValue{"n": ns.Value[id]}}
+		a.Uses[id] = action.Use{
+			At: f.Time(useAt), N: int(nd.Num("n")), Reason: f.Str(useReason),
+			Write:      action.Write{Key: f.Str(useKey), Fingerprint: f.Str(useFP)},
+			ReleasedAt: f.Time(useReleasedAt),
+			Release:    action.Write{Key: f.Str(useRelKey), Fingerprint: f.Str(useRelFP)},
+		}
+		if f.Err != nil || nd.Err != nil || a.Uses[id].At.IsZero() {
+			d.Fail(attrUses + "." + id)
+		}
+	}
+	a.UseKeys = make(map[string]string, len(keys.Value))
+	for k, v := range keys.Value {
+		sv, ok := v.(*types.AttributeValueMemberS)
+		if !ok {
+			d.Fail(attrUseKeys)
+			continue
+		}
+		a.UseKeys[k] = sv.Value
+	}
+}
+
+// Take is a request to take one use of a multi-use action.
+type Take struct {
+	Tenant       string // whose action
+	UseID        string
+	Reason       string
+	Write        action.Write // its Key and Fingerprint are kept with the use when a key was sent
+	Fingerprints []string     // the request's under every known key set
+	KeyIDs       []string     // the key sets this server knows (see Consume)
+	Now          time.Time
+}
+
+// Take gives t.UseID one use of the action with ONE conditional write: the
+// condition holds while the action is open and active, this useId holds no
+// use (it never took one, or released it), fewer than maxUses are held and
+// (for a keyed call) the key took no use before. A refusal is classified
+// from the old item the same request returns (action.ClassifyUse): a
+// *action.Replay for a useId that holds its use already.
+func (st *Store) Take(ctx context.Context, id string, t Take) (*action.Action, error) {
+	pk := tenant.ItemKey(t.Tenant, id)
+	now := action.Millis(t.Now)
+	u := newUpdate()
+	entry := map[string]types.AttributeValue{useAt: ts(now)}
+	if t.Reason != "" {
+		entry[useReason] = s(t.Reason)
+	}
+	if t.Write.Key != "" {
+		entry[useKey], entry[useFP] = s(t.Write.Key), s(t.Write.Fingerprint)
+	}
+	uses, held, use := u.name(attrUses), u.name(attrUsesHeld), u.name(t.UseID)
+	one := u.value("one", n(1))
+	u.sets = append(u.sets,
+		uses+"."+use+" = "+u.value("entry", &types.AttributeValueMemberM{Value: entry}),
+		u.name(attrUseN)+"."+use+" = "+held+" + "+one,
+		held+" = "+held+" + "+one)
+	cond := condConsumable + " AND {" + attrUsesHeld + "} < {" + attrMaxUses + "}" +
+		" AND (attribute_not_exists(" + uses + "." + use + ") OR attribute_exists(" + uses + "." + use + "." + u.name(useReleasedAt) + "))"
+	if t.Write.Key != "" {
+		k := u.name(attrUseKeys) + "." + u.name(t.Write.Key)
+		u.sets = append(u.sets, k+" = "+u.value("useId", s(t.UseID)))
+		cond += " AND attribute_not_exists(" + k + ")"
+	}
+	u.value("nowMs", n(now.UnixMilli()))
+	written, old, err := st.update(ctx, pk, u, u.cond(cond+st.knownKeys(u, t.KeyIDs)), types.ReturnValueAllNew)
+	if err != nil {
+		return nil, err
+	}
+	if old == nil {
+		return written, nil
+	}
+	why := action.ClassifyUse(old, action.Attempt{Now: now, Key: t.Write.Key, Fingerprints: t.Fingerprints, UseID: t.UseID})
+	return nil, unknownKey(why, old, t.KeyIDs)
+}
+
+// unknownKey turns a refusal the domain cannot explain into an
+// *action.UnknownKeyError when the item is under a key set not in ids.
+func unknownKey(why error, old *action.Action, ids []string) error {
+	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && old.KeyID != "" && !slices.Contains(ids, old.KeyID) {
+		return &action.UnknownKeyError{KeyID: old.KeyID}
+	}
+	return why
+}
+
+// Release is a request to give back one use of a releasable action.
+type Release struct {
+	Tenant       string
+	UseID        string
+	Write        action.Write
+	Fingerprints []string
+	Now          time.Time
+}
+
+// Release frees r.UseID's use with ONE conditional write (the action is
+// open and releasable, the use is held). Releasing it again answers with the
+// first release (*action.Replay); other refusals are action.ClassifyRelease's.
+func (st *Store) Release(ctx context.Context, id string, r Release) (*action.Action, error) {
+	pk := tenant.ItemKey(r.Tenant, id)
+	now := action.Millis(r.Now)
+	u := newUpdate()
+	use := u.name(attrUses) + "." + u.name(r.UseID)
+	held := u.name(attrUsesHeld)
+	u.sets = append(u.sets, use+"."+u.name(useReleasedAt)+" = "+u.value("rel", ts(now)),
+		held+" = "+held+" - "+u.value("one", n(1)))
+	if r.Write.Key != "" {
+		u.sets = append(u.sets, use+"."+u.name(useRelKey)+" = "+u.value("rk", s(r.Write.Key)),
+			use+"."+u.name(useRelFP)+" = "+u.value("rf", s(r.Write.Fingerprint)))
+	}
+	u.value("nowMs", n(now.UnixMilli()))
+	cond := condOpen + " AND attribute_exists({" + attrReleasable + "})" +
+		" AND attribute_exists(" + use + "." + u.name(useAt) + ") AND attribute_not_exists(" + use + "." + u.name(useReleasedAt) + ")"
+	written, old, err := st.update(ctx, pk, u, u.cond(cond), types.ReturnValueAllNew)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		return nil, action.ClassifyRelease(old, action.Attempt{Now: now, Key: r.Write.Key, Fingerprints: r.Fingerprints, UseID: r.UseID})
+	}
+	return written, nil
+}
