@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
@@ -246,22 +247,27 @@ func TestUsesRace(t *testing.T) {
 }
 
 // TestUsesRaceLostAnswers: the same race while the fault proxy drops a
-// fifth of the answers after DynamoDB applied the write. The SDK re-sends
+// tenth of the answers after DynamoDB applied the write. The SDK re-sends
 // the take; the item answers that useId's use is held, so the retry
 // replays its 200: a retried use is never a second use.
 func TestUsesRaceLostAnswers(t *testing.T) {
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{DropAfter: 0.2}, 7, "UpdateItem")
+	p, err := faults.Start(testkit.Endpoint, faults.Rates{DropAfter: 0.1}, 7, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	env := testkit.NewEnv(t, func(o *server.Options) {
+		o.AWS.BaseEndpoint = aws.String(p.URL)
+		o.AWS.Retryer = func() aws.Retryer { // the SDK's own attempts, with short waits
+			return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond)
+		}
+	})
 	for round := range 50 {
 		p.SetRates(faults.Rates{})
 		ok, full := func() (int, int) {
 			// create without faults; the race with them
 			create(t, env, fmt.Sprintf(`{"actionId":"f%d","userId":"u","maxUses":5}`, round))
-			p.SetRates(faults.Rates{DropAfter: 0.2})
+			p.SetRates(faults.Rates{DropAfter: 0.1})
 			defer p.SetRates(faults.Rates{})
 			return takeAll(t, env, fmt.Sprintf("f%d", round), 64)
 		}()
@@ -273,4 +279,120 @@ func TestUsesRaceLostAnswers(t *testing.T) {
 		t.Fatalf("no answer was dropped: %s", p)
 	}
 	t.Logf("fault proxy: %s", p)
+}
+
+// TestReleaseTakeRace: takes and releases race on a releasable action of
+// 3 uses (a pool of 8 useIds, each worker taking and releasing its own
+// ones). No answer ever shows more than 3 uses held, and at the end the
+// count, the stored uses and the answered takes and releases agree.
+func TestReleaseTakeRace(t *testing.T) {
+	env := testkit.NewEnv(t)
+	const maxUses, workers, ops = 3, 8, 20
+	create(t, env, fmt.Sprintf(`{"actionId":"seats","userId":"u","maxUses":%d,"releasable":true}`, maxUses))
+	var taken, released atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan string, workers*ops)
+	for w := range workers {
+		wg.Go(func() {
+			use := fmt.Sprintf("dev-%d", w)
+			for range ops {
+				r, err := testkit.Send(client, "POST", env.URL+"/actions/seats/consume", `{"useId":"`+use+`"}`)
+				switch {
+				case err != nil:
+					errs <- err.Error()
+					return
+				case r.Status == 409 && r.Str("error") == "no_uses_left":
+					continue
+				case r.Status != 200:
+					errs <- r.Raw
+					return
+				case r.Body["usesHeld"].(float64) > maxUses:
+					errs <- "more than maxUses held: " + r.Raw
+					return
+				}
+				taken.Add(1)
+				rel, err := testkit.Send(client, "POST", env.URL+"/actions/seats/uses/"+use+"/release", ``)
+				if err != nil || rel.Status != 200 {
+					errs <- fmt.Sprint(err, rel)
+					return
+				}
+				released.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	g := do(t, env, "GET", "/actions/seats", "")
+	if g.Body["usesHeld"] != 0.0 || taken.Load() != released.Load() || taken.Load() < maxUses {
+		t.Fatalf("after %d takes and %d releases: %s", taken.Load(), released.Load(), g.Raw)
+	}
+	t.Logf("%d takes and %d releases raced on 3 seats; never more than 3 held", taken.Load(), released.Load())
+}
+
+// TestUsesKeyedRetry: a take retried with its Idempotency-Key replays its
+// first answer (Idempotent-Replayed), even after the use was released; the
+// key with another body is 422; a release retried with its key replays.
+func TestUsesKeyedRetry(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"k","userId":"u","maxUses":2,"releasable":true}`)
+	first := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, first, 200, "", update)
+	retry := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, retry, 200, "", update)
+	if retry.Raw != first.Raw || retry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed retry: %s %v, first %s", retry.Raw, retry.Header, first.Raw)
+	}
+	expect(t, env, do(t, env, "POST", "/actions/k/consume", `{"useId":"b"}`, "Idempotency-Key", "take-a"), 422, "idempotency_key_reused", update)
+	rel := do(t, env, "POST", "/actions/k/uses/a/release", ``, "Idempotency-Key", "rel-a")
+	expect(t, env, rel, 200, "", update)
+	relRetry := do(t, env, "POST", "/actions/k/uses/a/release", ``, "Idempotency-Key", "rel-a")
+	if relRetry.Raw != rel.Raw || relRetry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed release retry: %s %v", relRetry.Raw, relRetry.Header)
+	}
+	env.Counter.Take()
+	// After the release, the keyed take retried still replays its first
+	// answer: it takes no second use.
+	late := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, late, 200, "", update)
+	if late.Raw != first.Raw {
+		t.Fatalf("keyed retry after release: %s, first %s", late.Raw, first.Raw)
+	}
+	if g := do(t, env, "GET", "/actions/k", ""); g.Body["usesHeld"] != 0.0 {
+		t.Fatalf("the late keyed retry took a use: %s", g.Raw)
+	}
+	// Without the key, the released useId takes a use again: a new take.
+	again := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`)
+	if again.Status != 200 || again.Str("usedAt") == first.Str("usedAt") && again.Raw == first.Raw {
+		t.Fatalf("retake after release: %s", again.Raw)
+	}
+}
+
+// TestUsesTenants: another tenant's multi-use action answers like one that
+// does not exist, on every uses route, and is left as it was.
+func TestUsesTenants(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants)
+	if r := as(t, env, alpha, "POST", "/actions", `{"actionId":"seats","userId":"ua","maxUses":2,"releasable":true}`); r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	if r := as(t, env, alpha, "POST", "/actions/seats/consume", `{"useId":"d1"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/actions/%s/consume", `{"useId":"d2"}`},
+		{"POST", "/actions/%s/uses/d1/release", ``},
+		{"GET", "/actions/%s/uses", ``},
+		{"GET", "/actions/%s", ``},
+	} {
+		theirs := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "seats", 1), tc.body)
+		nobody := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "nobody", 1), tc.body)
+		if theirs.Status != 404 || requestIDField.ReplaceAllString(theirs.Raw, "") != requestIDField.ReplaceAllString(nobody.Raw, "") {
+			t.Fatalf("%s %s as beta: %s, nobody's: %s", tc.method, tc.path, theirs.Raw, nobody.Raw)
+		}
+	}
+	if g := as(t, env, alpha, "GET", "/actions/seats/uses", ""); !strings.Contains(g.Raw, `"useId":"d1"`) || strings.Contains(g.Raw, "d2") {
+		t.Fatalf("alpha's uses after beta's tries: %s", g.Raw)
+	}
 }
