@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -13,19 +14,19 @@ import (
 )
 
 // Attributes of a multi-use action (a single-use item has none of them).
-// uses maps each useId to its latest use; useN maps it to the count of
-// uses held right after that use was taken (a separate map: one update
-// cannot set a map and a path inside it); useKeys maps the keyed digest of
-// a take's Idempotency-Key to its useId.
+// Each use is its own top-level attribute, like a PIN guess (pinTry:): no
+// parent map has to exist before the first use, and an empty map never
+// reaches a stream image (the local stream pipeline showed an empty map
+// attribute as another attribute's value).
 const (
 	attrMaxUses    = "maxUses"
 	attrReleasable = "releasable" // true, or absent
 	attrUsesHeld   = "usesHeld"
-	attrUses       = "uses"
-	attrUseN       = "useN"
-	attrUseKeys    = "useKeys"
+	attrUse        = "use:"    // + useId: the useId's latest use (a map of the fields below)
+	attrUseN       = "useN:"   // + useId: uses held right after it was taken (one update cannot set a map and a path in it)
+	attrUseKey     = "useKey:" // + keyed digest of a take's Idempotency-Key: the useId it took
 
-	// Fields of one use in uses.
+	// Fields of one use.
 	useAt         = "at"
 	useReason     = "reason"
 	useKey        = "k"
@@ -37,17 +38,11 @@ const (
 
 // setUses adds a multi-use action's fields to its create.
 func setUses(u *update, a *action.Action) {
-	empty := func() types.AttributeValue {
-		return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
-	}
 	u.set(attrMaxUses, n(int64(a.MaxUses)))
 	if a.Releasable {
 		u.set(attrReleasable, &types.AttributeValueMemberBOOL{Value: true})
 	}
 	u.set(attrUsesHeld, n(0))
-	u.set(attrUses, empty())
-	u.set(attrUseN, empty())
-	u.set(attrUseKeys, empty())
 }
 
 // decodeUses reads a multi-use action's fields.
@@ -64,40 +59,32 @@ func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 		d.Fail(attrReleasable)
 	}
 	a.UsesHeld = int(d.Num(attrUsesHeld))
-	uses, _ := d.Item[attrUses].(*types.AttributeValueMemberM)
-	ns, _ := d.Item[attrUseN].(*types.AttributeValueMemberM)
-	keys, _ := d.Item[attrUseKeys].(*types.AttributeValueMemberM)
-	if uses == nil || ns == nil || keys == nil {
-		d.Fail(attrUses)
-		return
-	}
-	a.Uses = make(map[string]action.Use, len(uses.Value))
-	for id, v := range uses.Value {
+	a.Uses, a.UseKeys = map[string]action.Use{}, map[string]string{}
+	for name, v := range d.Item {
+		if k, ok := strings.CutPrefix(name, attrUseKey); ok {
+			a.UseKeys[k] = d.Str(name)
+			continue
+		}
+		id, ok := strings.CutPrefix(name, attrUse)
+		if !ok {
+			continue
+		}
 		m, ok := v.(*types.AttributeValueMemberM)
 		if !ok {
-			d.Fail(attrUses + "." + id)
+			d.Fail(name)
 			continue
 		}
 		f := dynamoitem.Decoder{Item: m.Value}
-		nd := dynamoitem.Decoder{Item: map[string]types.AttributeValue{"n": ns.Value[id]}}
-		a.Uses[id] = action.Use{
-			At: f.Time(useAt), N: int(nd.Num("n")), Reason: f.Str(useReason),
+		use := action.Use{
+			At: f.Time(useAt), N: int(d.Num(attrUseN + id)), Reason: f.Str(useReason),
 			Write:      action.Write{Key: f.Str(useKey), Fingerprint: f.Str(useFP)},
 			ReleasedAt: f.Time(useReleasedAt),
 			Release:    action.Write{Key: f.Str(useRelKey), Fingerprint: f.Str(useRelFP)},
 		}
-		if f.Err != nil || nd.Err != nil || a.Uses[id].At.IsZero() {
-			d.Fail(attrUses + "." + id)
+		if f.Err != nil || use.At.IsZero() {
+			d.Fail(name)
 		}
-	}
-	a.UseKeys = make(map[string]string, len(keys.Value))
-	for k, v := range keys.Value {
-		sv, ok := v.(*types.AttributeValueMemberS)
-		if !ok {
-			d.Fail(attrUseKeys)
-			continue
-		}
-		a.UseKeys[k] = sv.Value
+		a.Uses[id] = use
 	}
 }
 
@@ -129,16 +116,16 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*action.Action, e
 	if t.Write.Key != "" {
 		entry[useKey], entry[useFP] = s(t.Write.Key), s(t.Write.Fingerprint)
 	}
-	uses, held, use := u.name(attrUses), u.name(attrUsesHeld), u.name(t.UseID)
+	held, use := u.name(attrUsesHeld), u.name(attrUse+t.UseID)
 	one := u.value("one", n(1))
 	u.sets = append(u.sets,
-		uses+"."+use+" = "+u.value("entry", &types.AttributeValueMemberM{Value: entry}),
-		u.name(attrUseN)+"."+use+" = "+held+" + "+one,
+		use+" = "+u.value("entry", &types.AttributeValueMemberM{Value: entry}),
+		u.name(attrUseN+t.UseID)+" = "+held+" + "+one,
 		held+" = "+held+" + "+one)
 	cond := condConsumable + " AND {" + attrUsesHeld + "} < {" + attrMaxUses + "}" +
-		" AND (attribute_not_exists(" + uses + "." + use + ") OR attribute_exists(" + uses + "." + use + "." + u.name(useReleasedAt) + "))"
+		" AND (attribute_not_exists(" + use + ") OR attribute_exists(" + use + "." + u.name(useReleasedAt) + "))"
 	if t.Write.Key != "" {
-		k := u.name(attrUseKeys) + "." + u.name(t.Write.Key)
+		k := u.name(attrUseKey + t.Write.Key)
 		u.sets = append(u.sets, k+" = "+u.value("useId", s(t.UseID)))
 		cond += " AND attribute_not_exists(" + k + ")"
 	}
@@ -179,7 +166,7 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*action.Act
 	pk := tenant.ItemKey(r.Tenant, id)
 	now := action.Millis(r.Now)
 	u := newUpdate()
-	use := u.name(attrUses) + "." + u.name(r.UseID)
+	use := u.name(attrUse + r.UseID)
 	held := u.name(attrUsesHeld)
 	u.sets = append(u.sets, use+"."+u.name(useReleasedAt)+" = "+u.value("rel", ts(now)),
 		held+" = "+held+" - "+u.value("one", n(1)))
