@@ -65,6 +65,7 @@ type report struct {
 	Cost     []costRow       `json:"costPerMillionConsumes"`
 	Library  []libraryRow    `json:"idempotencyLibrary"`
 	Sweeper  sweeperCost     `json:"sweeper"`
+	Uses     usesReport      `json:"multiUse"`
 }
 
 type requestRow struct {
@@ -169,6 +170,7 @@ func TestReport(t *testing.T) {
 	r.Init = coldStarts(t)
 	r.Cost = cost(r)
 	r.Library = libraryRequests(t)
+	r.Uses = usesCost(t, env, 1, 10, 100, action.MaxUsesLimit)
 	if ours := r.Cost[0]; ours.IndexWrites != 0 || ours.Writes != 1 || ours.Total > 2.90 {
 		t.Errorf("a consume costs %+v: the limit is one table write, no index write, $2.90 per million", ours)
 	}
@@ -286,6 +288,7 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 	call("POST /keys/{key}/release", "released", "POST", "/keys/k2/release", `{"token":"`+c2.Str("token")+`"}`)
 	call("GET /keys/{key}", "ok", "GET", "/keys/k2", "")
 	call("GET /keys/{key}", "key_not_found", "GET", "/keys/none", "")
+	usesOutcomes(t, env, call)
 	return rows
 }
 
@@ -707,6 +710,7 @@ func (r *report) markdown() string {
 	row("action that expires (+ its `action.expired` event)", sw.Expiring, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionExpiring))
 	row("action consumed or canceled before it fell due", sw.Finished, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionFinished))
 	row("idle run (nothing due; 60 an hour, + 60 Lambda requests)", sw.Idle, fmt.Sprintf("%.6f per idle hour", sw.DollarsPerIdleHour))
+	b.WriteString(r.Uses.markdown())
 	return b.String()
 }
 
