@@ -164,14 +164,8 @@ func ClassifyConsume(old *Action, at Attempt) error {
 		}
 		return Reject(CodeAlreadyUsed, old)
 	}
-	if !old.CanceledAt.IsZero() {
-		return Reject(CodeCanceled, old)
-	}
-	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
-		return Reject(CodeExpired, old)
-	}
-	if at.Now.Before(old.ActiveAt) {
-		return Reject(CodeNotActive, old)
+	if err := closed(old, at); err != nil {
+		return err
 	}
 	if old.Locked() {
 		return Reject(CodeLocked, old)

@@ -143,14 +143,8 @@ func ClassifyUse(old *Action, at Attempt) error {
 		}
 		return Reject(CodeKeyReused, old)
 	}
-	if !old.CanceledAt.IsZero() {
-		return Reject(CodeCanceled, old)
-	}
-	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
-		return Reject(CodeExpired, old)
-	}
-	if at.Now.Before(old.ActiveAt) {
-		return Reject(CodeNotActive, old)
+	if err := closed(old, at); err != nil {
+		return err
 	}
 	if old.UsesHeld >= old.MaxUses {
 		return Reject(CodeNoUsesLeft, old)
@@ -181,11 +175,22 @@ func ClassifyRelease(old *Action, at Attempt) error {
 		}
 		return &Replay{Action: old}
 	}
-	if !old.CanceledAt.IsZero() {
-		return Reject(CodeCanceled, old)
-	}
-	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
-		return Reject(CodeExpired, old)
+	if err := closed(old, at); err != nil {
+		return err // a held use is never on a pending action: canceled or expired
 	}
 	return Reject(CodeInternal, old)
+}
+
+// closed is the refusal of an action canceled, expired, or not active yet
+// at at.Now (in that precedence), or nil.
+func closed(old *Action, at Attempt) error {
+	switch {
+	case !old.CanceledAt.IsZero():
+		return Reject(CodeCanceled, old)
+	case !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt):
+		return Reject(CodeExpired, old)
+	case at.Now.Before(old.ActiveAt):
+		return Reject(CodeNotActive, old)
+	}
+	return nil
 }

@@ -208,15 +208,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		default:
 			c.outcome = "consumed"
 		}
-		v := view(act, act.ConsumedAt)
-		if act.Payload != nil {
-			plain, err := open(c.keys, act)
-			if err != nil {
-				return fail(err)
-			}
-			v.Payload = plain
-		}
-		return respond(http.StatusOK, v, headers), nil
+		return consumed(c, act, view(act, act.ConsumedAt), headers)
 	})
 }
 

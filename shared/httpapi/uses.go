@@ -68,6 +68,11 @@ func (a *API) take(ctx context.Context, c *call, id string, req *action.ConsumeR
 	use := act.Uses[req.UseID]
 	v := view(act.AsUsed(use), use.At)
 	v.UseID, v.UsedAt = req.UseID, store.FormatTime(use.At)
+	return consumed(c, act, v, headers)
+}
+
+// consumed answers a successful consume or take: v with the payload.
+func consumed(c *call, act *action.Action, v *View, headers map[string]string) (events.APIGatewayV2HTTPResponse, error) {
 	if act.Payload != nil {
 		plain, err := open(c.keys, act)
 		if err != nil {
