@@ -142,7 +142,7 @@ var messages = map[action.Code]string{
 	action.CodeUnavailable: "the action store is unavailable; retry after the given delay",
 	action.CodeInternal:    "internal error",
 
-	action.CodeNoUsesLeft:    "every use of the action is held: no use is left for a new useId",
+	action.CodeNoUsesLeft:    "no use is left for a new useId (every use is held, or the action's item is full)",
 	action.CodeUseNotFound:   "this useId holds no use of the action",
 	action.CodeNotReleasable: "the action's uses cannot be released (it was not created releasable)",
 }

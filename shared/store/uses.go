@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
@@ -131,6 +133,12 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*action.Action, e
 	}
 	u.value("nowMs", n(now.UnixMilli()))
 	written, old, err := st.update(ctx, pk, u, u.cond(cond+st.knownKeys(u, t.KeyIDs)), types.ReturnValueAllNew)
+	if itemFull(err) {
+		// The use does not fit in DynamoDB's 400 KB item (large useIds,
+		// reasons and keys on a large maxUses): no use is left. Nothing was
+		// written; the uses held stay answerable.
+		return nil, action.Reject(action.CodeNoUsesLeft, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +147,13 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*action.Action, e
 	}
 	why := action.ClassifyUse(old, action.Attempt{Now: now, Key: t.Write.Key, Fingerprints: t.Fingerprints, UseID: t.UseID})
 	return nil, unknownKey(why, old, t.KeyIDs)
+}
+
+// itemFull reports whether DynamoDB refused a write because the item would
+// outgrow its 400 KB limit.
+func itemFull(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "ValidationException" && strings.Contains(apiErr.ErrorMessage(), "Item size")
 }
 
 // unknownKey turns a refusal the domain cannot explain into an
