@@ -103,6 +103,14 @@ func validateUses(r *CreateRequest, a *Action) error {
 // character rules of ids.
 func ValidateUseID(id string) error { return ValidateID("useId", id) }
 
+// validateUseID checks a consume's optional useId.
+func validateUseID(id string) error {
+	if id == "" {
+		return nil
+	}
+	return ValidateUseID(id)
+}
+
 // errUseIDRequired and errSingleUse refuse a consume that does not fit the
 // action: nothing is written.
 var (

@@ -169,14 +169,14 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 
 // ValidateConsume checks a consume request.
 func ValidateConsume(r *ConsumeRequest) error {
+	if err := validateUseID(r.UseID); err != nil {
+		return err
+	}
 	if err := text("reason", r.Reason, MaxReasonLen); err != nil {
 		return err
 	}
 	if len(r.PIN) > 4*MaxPINLen || !printable(r.PIN) {
 		return invalid("pin", "must be at most %d printable characters", MaxPINLen)
-	}
-	if r.UseID != "" {
-		return ValidateUseID(r.UseID)
 	}
 	return nil
 }
