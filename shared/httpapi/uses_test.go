@@ -402,3 +402,36 @@ func TestUsesTenants(t *testing.T) {
 		t.Fatalf("alpha's uses after beta's tries: %s", g.Raw)
 	}
 }
+
+// TestSameUseIDRace: 16 concurrent takes with one useId take one use and
+// all answer the same 200; useIds shaped like attribute names or
+// placeholders are uses like any other.
+func TestSameUseIDRace(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"s","userId":"u","maxUses":8}`)
+	var wg sync.WaitGroup
+	bodies := make([]string, 16)
+	for i := range bodies {
+		wg.Go(func() {
+			if r, err := testkit.Send(client, "POST", env.URL+"/actions/s/consume", `{"useId":"same"}`); err == nil && r.Status == 200 {
+				bodies[i] = r.Raw
+			}
+		})
+	}
+	wg.Wait()
+	for _, b := range bodies {
+		if b == "" || b != bodies[0] {
+			t.Fatalf("concurrent takes of one useId answered differently: %q", bodies)
+		}
+	}
+	for _, id := range []string{"a0", "a1", "uses", "usesHeld", "maxUses", "x.y:z-1"} {
+		if r := do(t, env, "POST", "/actions/s/consume", `{"useId":"`+id+`"}`, "Idempotency-Key", "k-"+id); r.Status != 200 || r.Str("useId") != id {
+			t.Fatalf("take %s: %s", id, r.Raw)
+		}
+	}
+	g := do(t, env, "GET", "/actions/s", "")
+	l := do(t, env, "GET", "/actions/s/uses", "")
+	if g.Body["usesHeld"] != 7.0 || g.Body["maxUses"] != 8.0 || len(l.Body["uses"].([]any)) != 7 {
+		t.Fatalf("after 7 uses: %s / %s", g.Raw, l.Raw)
+	}
+}
