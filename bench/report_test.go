@@ -228,7 +228,6 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 		return resp
 	}
 	later := `"activeAt":"` + time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339) + `","expiresAt":"` + time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `"`
-	soon := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 
 	call("POST /actions", "created", "POST", "/actions", `{"actionId":"r1","userId":"u"}`, "Idempotency-Key", "ck")
 	call("POST /actions", "replayed", "POST", "/actions", `{"actionId":"r1","userId":"u"}`, "Idempotency-Key", "ck")
@@ -263,6 +262,9 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 	call("POST /actions", "idempotency_key_reused "+pinPath, "POST", "/actions", `{"actionId":"r6","userId":"u","pin":"1111","maxPinAttempts":3}`, "Idempotency-Key", "cp")
 	testkit.Do(t, hc, "POST", env.URL+"/actions", `{"actionId":"r7","userId":"u"}`)
 	call("POST /actions/{actionId}/consume", "consumed (PIN sent, action has none) "+pinPath, "POST", "/actions/r7/consume", `{"pin":"2468"}`)
+	// A second from now, taken here: from the start of this function a loaded
+	// machine may spend more than a second (the create then fails).
+	soon := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 	testkit.Do(t, hc, "POST", env.URL+"/actions", `{"actionId":"r5","userId":"u","expiresAt":"`+soon+`"}`, "Idempotency-Key", "late")
 	env.Shift(2 * time.Second)
 	call("POST /actions", "replayed (keyed retry after expiresAt: one read)", "POST", "/actions", `{"actionId":"r5","userId":"u","expiresAt":"`+soon+`"}`, "Idempotency-Key", "late")
