@@ -77,6 +77,7 @@ func asCreated(a *action.Action) *action.Action {
 	c.CanceledAt, c.CancelReason = time.Time{}, ""
 	c.ExpiredAt, c.LockedAt = time.Time{}, time.Time{}
 	c.PINFailures = 0
+	c.UsesHeld = 0 // a multi-use action is created with none held
 	return &c
 }
 

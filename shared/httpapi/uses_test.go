@@ -435,3 +435,19 @@ func TestSameUseIDRace(t *testing.T) {
 		t.Fatalf("after 7 uses: %s / %s", g.Raw, l.Raw)
 	}
 }
+
+// TestMultiUseCreateReplay: a keyed create retried after uses were taken
+// replays its first 201 byte for byte (usesHeld 0), like a single-use
+// create retried after its consume.
+func TestMultiUseCreateReplay(t *testing.T) {
+	env := testkit.NewEnv(t)
+	body := `{"actionId":"cr","userId":"u","maxUses":3}`
+	first := create(t, env, body, "Idempotency-Key", "create-cr")
+	if r := do(t, env, "POST", "/actions/cr/consume", `{"useId":"d1"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	again := do(t, env, "POST", "/actions", body, "Idempotency-Key", "create-cr")
+	if again.Status != 201 || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed create retry after a use:\n%s\nfirst:\n%s", again.Raw, first.Raw)
+	}
+}
