@@ -175,7 +175,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("a consume costs %+v: the limit is one table write, no index write, $2.90 per million", ours)
 	}
 
-	md := r.markdown()
+	md := r.markdown() + r.Uses.markdown()
 	t.Log("\n" + md)
 	if dir := os.Getenv("EXACTONCE_BENCH_OUT"); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -712,7 +712,6 @@ func (r *report) markdown() string {
 	row("action that expires (+ its `action.expired` event)", sw.Expiring, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionExpiring))
 	row("action consumed or canceled before it fell due", sw.Finished, fmt.Sprintf("%.3f per million", sw.DollarsPerMillionFinished))
 	row("idle run (nothing due; 60 an hour, + 60 Lambda requests)", sw.Idle, fmt.Sprintf("%.6f per idle hour", sw.DollarsPerIdleHour))
-	b.WriteString(r.Uses.markdown())
 	return b.String()
 }
 
