@@ -127,7 +127,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 					t.Errorf("%s %s → %d %.300s: %s", x.method, x.path, resp.StatusCode, raw, describe(e))
 				}
 			}
-			template := routeParam.ReplaceAllStringFunc(strings.SplitN(x.path, "?", 2)[0], func(s string) string {
+			template := usesTemplate(routeParam.ReplaceAllStringFunc(strings.SplitN(x.path, "?", 2)[0], func(s string) string {
 				switch {
 				case strings.HasPrefix(s, "/actions"):
 					return "/actions/{actionId}"
@@ -135,7 +135,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 					return "/users/{userId}"
 				}
 				return "/keys/{key}"
-			})
+			}))
 			seen[x.method+" "+template+" "+strconv.Itoa(resp.StatusCode)] = true
 		}
 		return bodies
@@ -233,6 +233,8 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"reason":"` + strings.Repeat("x", 70<<10) + `"}`, badRequest: true},
 	})
 
+	run(env, usesExchanges())
+
 	dead := testkit.NewDeadEnv(t)
 	run(dead, []exchange{
 		{method: "GET", path: "/users/u/actions"},
@@ -245,6 +247,8 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "POST", path: "/keys/k/complete", body: `{"token":"` + strings.Repeat("0", 32) + `","response":1}`},
 		{method: "POST", path: "/keys/k/release", body: `{"token":"` + strings.Repeat("0", 32) + `"}`},
 		{method: "GET", path: "/keys/k"},
+		{method: "GET", path: "/actions/a1/uses"},
+		{method: "POST", path: "/actions/a1/uses/d1/release"},
 	})
 
 	var missing []string

@@ -65,6 +65,7 @@ type report struct {
 	Cost     []costRow       `json:"costPerMillionConsumes"`
 	Library  []libraryRow    `json:"idempotencyLibrary"`
 	Sweeper  sweeperCost     `json:"sweeper"`
+	Uses     usesReport      `json:"multiUse"`
 }
 
 type requestRow struct {
@@ -169,11 +170,12 @@ func TestReport(t *testing.T) {
 	r.Init = coldStarts(t)
 	r.Cost = cost(r)
 	r.Library = libraryRequests(t)
+	r.Uses = usesCost(t, env, 1, 10, 100, action.MaxUsesLimit)
 	if ours := r.Cost[0]; ours.IndexWrites != 0 || ours.Writes != 1 || ours.Total > 2.90 {
 		t.Errorf("a consume costs %+v: the limit is one table write, no index write, $2.90 per million", ours)
 	}
 
-	md := r.markdown()
+	md := r.markdown() + r.Uses.markdown()
 	t.Log("\n" + md)
 	if dir := os.Getenv("EXACTONCE_BENCH_OUT"); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -226,7 +228,6 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 		return resp
 	}
 	later := `"activeAt":"` + time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339) + `","expiresAt":"` + time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `"`
-	soon := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 
 	call("POST /actions", "created", "POST", "/actions", `{"actionId":"r1","userId":"u"}`, "Idempotency-Key", "ck")
 	call("POST /actions", "replayed", "POST", "/actions", `{"actionId":"r1","userId":"u"}`, "Idempotency-Key", "ck")
@@ -261,6 +262,9 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 	call("POST /actions", "idempotency_key_reused "+pinPath, "POST", "/actions", `{"actionId":"r6","userId":"u","pin":"1111","maxPinAttempts":3}`, "Idempotency-Key", "cp")
 	testkit.Do(t, hc, "POST", env.URL+"/actions", `{"actionId":"r7","userId":"u"}`)
 	call("POST /actions/{actionId}/consume", "consumed (PIN sent, action has none) "+pinPath, "POST", "/actions/r7/consume", `{"pin":"2468"}`)
+	// A second from now, taken here: from the start of this function a loaded
+	// machine may spend more than a second (the create then fails).
+	soon := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 	testkit.Do(t, hc, "POST", env.URL+"/actions", `{"actionId":"r5","userId":"u","expiresAt":"`+soon+`"}`, "Idempotency-Key", "late")
 	env.Shift(2 * time.Second)
 	call("POST /actions", "replayed (keyed retry after expiresAt: one read)", "POST", "/actions", `{"actionId":"r5","userId":"u","expiresAt":"`+soon+`"}`, "Idempotency-Key", "late")
@@ -286,6 +290,7 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 	call("POST /keys/{key}/release", "released", "POST", "/keys/k2/release", `{"token":"`+c2.Str("token")+`"}`)
 	call("GET /keys/{key}", "ok", "GET", "/keys/k2", "")
 	call("GET /keys/{key}", "key_not_found", "GET", "/keys/none", "")
+	usesOutcomes(t, env, call)
 	return rows
 }
 

@@ -24,6 +24,14 @@ type Action struct {
 	PINProtected         bool              `json:"pinProtected"`
 	PINAttemptsRemaining *int              `json:"pinAttemptsRemaining,omitempty"`
 	LockedAt             *time.Time        `json:"lockedAt,omitempty"`
+	// Multi-use actions only (see uses.go): the counts, and in a take's
+	// answer the useId and when it took its use.
+	MaxUses       *int       `json:"maxUses,omitempty"`
+	Releasable    bool       `json:"releasable,omitempty"`
+	UsesHeld      *int       `json:"usesHeld,omitempty"`
+	UsesRemaining *int       `json:"usesRemaining,omitempty"`
+	UseID         string     `json:"useId,omitempty"`
+	UsedAt        *time.Time `json:"usedAt,omitempty"`
 	// Payload is revealed only by a successful consume (and its replay).
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Replayed is set when the answer is the stored answer of an earlier
@@ -46,12 +54,18 @@ type CreateInput struct {
 	// Supersede cancels the user's earlier open actions of the same kind
 	// once this one is written (a "send me a new link").
 	Supersede bool `json:"supersede,omitempty"`
+	// MaxUses > 1 (at most 1000) or Releasable make a multi-use action:
+	// each consume names its UseID (TakeUse). Not with PIN.
+	MaxUses    int  `json:"maxUses,omitempty"`
+	Releasable bool `json:"releasable,omitempty"`
 }
 
 // ConsumeInput is the body of POST /actions/{id}/consume.
 type ConsumeInput struct {
 	Reason string `json:"reason,omitempty"`
 	PIN    string `json:"pin,omitempty"`
+	// UseID names who takes a use of a multi-use action (see TakeUse).
+	UseID string `json:"useId,omitempty"`
 }
 
 // CreateAction creates an action (201). Without ActionID the server derives

@@ -22,6 +22,7 @@ type Error struct {
 	AttemptsRemaining *int       `json:"attemptsRemaining,omitempty"`
 	LeaseExpiresAt    *time.Time `json:"leaseExpiresAt,omitempty"`
 	CompletedAt       *time.Time `json:"completedAt,omitempty"`
+	MaxUses           *int       `json:"maxUses,omitempty"` // no_uses_left
 	RequestID         string     `json:"requestId,omitempty"`
 	// RetryAfter is the server's Retry-After (503, 429, 409 in_progress).
 	RetryAfter time.Duration `json:"-"`
@@ -74,6 +75,9 @@ var (
 	ErrKeyCompleted        error = &sentinel{[]string{"key_completed"}}
 	ErrForbidden           error = &sentinel{[]string{"forbidden"}}
 	ErrUnavailable         error = &sentinel{[]string{"unavailable"}}
+	ErrNoUsesLeft          error = &sentinel{[]string{"no_uses_left"}}
+	ErrUseNotFound         error = &sentinel{[]string{"use_not_found"}}
+	ErrNotReleasable       error = &sentinel{[]string{"not_releasable"}}
 )
 
 // networkError is a request that got no answer (its effect is unknown).

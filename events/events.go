@@ -25,7 +25,14 @@ const (
 	TypeConsumed = "action.consumed"
 	TypeCanceled = "action.canceled"
 	TypeExpired  = "action.expired"
+	// A multi-use action (maxUses > 1 or releasable) reports each use
+	// taken and each use released; it is never action.consumed.
+	TypeUsed        = "action.used"
+	TypeUseReleased = "action.use_released"
 )
+
+// Types lists every detail type ExactOnce publishes.
+var Types = []string{TypeConsumed, TypeCanceled, TypeExpired, TypeUsed, TypeUseReleased}
 
 // Common is in every event's detail.
 type Common struct {
@@ -61,6 +68,25 @@ type Expired struct {
 	DetectedBy string `json:"detectedBy"`
 }
 
+// Used is the detail of action.used: the useId took one use. A useId
+// that takes a use again after a release is a new transition (new eventId).
+type Used struct {
+	Common
+	UseID    string `json:"useId"`
+	UsedAt   string `json:"usedAt"`
+	UsesHeld int    `json:"usesHeld"` // right after this use was taken
+	MaxUses  int    `json:"maxUses"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// UseReleased is the detail of action.use_released.
+type UseReleased struct {
+	Common
+	UseID      string `json:"useId"`
+	UsedAt     string `json:"usedAt"` // when the released use was taken
+	ReleasedAt string `json:"releasedAt"`
+}
+
 // EventID is the deterministic id of one transition of one action: the same
 // however often, and by whichever path, the transition is published.
 // createdAt tells apart two actions that reused an id after retention.
@@ -75,6 +101,8 @@ type Event struct {
 	Consumed   *Consumed
 	Canceled   *Canceled
 	Expired    *Expired
+	Used       *Used
+	Released   *UseReleased
 }
 
 // Common returns the fields every event has.
@@ -84,6 +112,10 @@ func (e *Event) Common() Common {
 		return e.Consumed.Common
 	case e.Canceled != nil:
 		return e.Canceled.Common
+	case e.Used != nil:
+		return e.Used.Common
+	case e.Released != nil:
+		return e.Released.Common
 	}
 	return e.Expired.Common
 }
@@ -130,6 +162,12 @@ func ParseFrom(ev lambdaevents.CloudWatchEvent, source string) (*Event, error) {
 	case TypeExpired:
 		out.Expired = &Expired{}
 		target = out.Expired
+	case TypeUsed:
+		out.Used = &Used{}
+		target = out.Used
+	case TypeUseReleased:
+		out.Released = &UseReleased{}
+		target = out.Released
 	default:
 		return nil, fmt.Errorf("events: unknown detail-type %q", ev.DetailType)
 	}

@@ -47,6 +47,11 @@ var Routes = []Route{
 	// The list function may Query the user index and read items, nothing else.
 	{"userlist", awsapigatewayv2.HttpMethod_GET, "/users/{userId}/actions", []string{"dynamodb:BatchGetItem"}, false, false, true},
 	{"usercancel", awsapigatewayv2.HttpMethod_POST, "/users/{userId}/actions/cancel", []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, true, false, true},
+	// Multi-use actions: a release is one conditional write (the secret
+	// keys its Idempotency-Key digest and fingerprint); the list reads the
+	// item (never a body, PIN or payload: no secret).
+	{"userelease", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/uses/{useId}/release", []string{"dynamodb:UpdateItem"}, true, false, false},
+	{"uselist", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}/uses", []string{"dynamodb:GetItem"}, false, false, false},
 }
 
 // Api is the HTTP API (IAM or JWT on every route), its access logs and

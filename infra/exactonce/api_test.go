@@ -18,8 +18,8 @@ func TestRoutesAuth(t *testing.T) {
 		}
 	}
 	sort.Strings(keys)
-	want := []string{"GET /actions/{actionId}", "GET /keys/{key}", "GET /users/{userId}/actions", "POST /actions", "POST /actions/{actionId}/cancel", "POST /actions/{actionId}/consume",
-		"POST /keys/{key}/claim", "POST /keys/{key}/complete", "POST /keys/{key}/release", "POST /users/{userId}/actions/cancel"}
+	want := []string{"GET /actions/{actionId}", "GET /actions/{actionId}/uses", "GET /keys/{key}", "GET /users/{userId}/actions", "POST /actions", "POST /actions/{actionId}/cancel", "POST /actions/{actionId}/consume",
+		"POST /actions/{actionId}/uses/{useId}/release", "POST /keys/{key}/claim", "POST /keys/{key}/complete", "POST /keys/{key}/release", "POST /users/{userId}/actions/cancel"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("routes %v, want %v", keys, want)
 	}
@@ -39,6 +39,7 @@ func TestRoutesAuth(t *testing.T) {
 		"POST /actions/{actionId}/consume": "actions:consume", "POST /actions/{actionId}/cancel": "actions:cancel",
 		"POST /keys/{key}/claim": "keys", "POST /keys/{key}/complete": "keys", "POST /keys/{key}/release": "keys", "GET /keys/{key}": "keys",
 		"GET /users/{userId}/actions": "actions:read", "POST /users/{userId}/actions/cancel": "actions:cancel",
+		"POST /actions/{actionId}/uses/{useId}/release": "actions:consume", "GET /actions/{actionId}/uses": "actions:read",
 	}
 	for _, r := range resources(tmpl, "AWS::ApiGatewayV2::Route") {
 		key := props(r)["RouteKey"].(string)

@@ -17,7 +17,7 @@ const Module = "github.com/exactonce/exactonce"
 
 // Functions lists every Lambda the construct can deploy (folders under
 // functions/); audit only with Props.ExampleSubscriber.
-var Functions = []string{"create", "get", "consume", "cancel", "keyclaim", "keycomplete", "keyrelease", "keyget", "userlist", "usercancel", "publisher", "sweeper", "republish", "audit"}
+var Functions = []string{"create", "get", "consume", "cancel", "keyclaim", "keycomplete", "keyrelease", "keyget", "userlist", "usercancel", "userelease", "uselist", "publisher", "sweeper", "republish", "audit"}
 
 // BuildFunctions compiles each function for Lambda (linux/arm64, static,
 // lambda.norpc plus the given build tags) into outDir/<name>/bootstrap. dir

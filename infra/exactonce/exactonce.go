@@ -370,7 +370,7 @@ func (e *ExactOnce) AddAlarmAction(actions ...awscloudwatch.IAlarmAction) {
 // (events.TypeConsumed, …; none: every type), for a rule on Bus.
 func (e *ExactOnce) EventPattern(detailTypes ...string) *awsevents.EventPattern {
 	if len(detailTypes) == 0 {
-		detailTypes = []string{events.TypeConsumed, events.TypeCanceled, events.TypeExpired}
+		detailTypes = events.Types
 	}
 	return &awsevents.EventPattern{Source: jsii.Strings(e.source), DetailType: jsii.Strings(detailTypes...)}
 }

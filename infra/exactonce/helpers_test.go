@@ -132,7 +132,7 @@ func resourceNames(v any) string {
 	if s == `"*"` {
 		return "*"
 	}
-	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "KeyclaimLogs", "KeycompleteLogs", "KeyreleaseLogs", "KeygetLogs", "UserlistLogs", "UsercancelLogs", "PublisherLogs", "SweeperLogs", "RepublishLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
+	for _, name := range []string{"CreateLogs", "GetLogs", "ConsumeLogs", "CancelLogs", "KeyclaimLogs", "KeycompleteLogs", "KeyreleaseLogs", "KeygetLogs", "UserlistLogs", "UsercancelLogs", "UsereleaseLogs", "UselistLogs", "PublisherLogs", "SweeperLogs", "RepublishLogs", "ServerSecret", "PublisherOnFailure", "Actions", "Bus"} {
 		if strings.Contains(s, `"`+name) {
 			if i := strings.Index(s, "/index/"); i >= 0 {
 				return name + strings.TrimRight(s[i:], `"]}`)

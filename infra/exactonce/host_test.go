@@ -115,7 +115,7 @@ func TestHostApp(t *testing.T) {
 
 	// Every ExactOnce alarm pages the host.
 	alarms := resources(tmpl, "AWS::CloudWatch::Alarm")
-	if len(alarms) != 16 {
+	if len(alarms) != 18 {
 		t.Errorf("%d alarms", len(alarms))
 	}
 	for id, a := range alarms {

@@ -19,7 +19,7 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			t.Error("alarm actions without an alarm email")
 		}
 	}
-	want := map[string]int{"AWS/Lambda/Errors": 12, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1,
+	want := map[string]int{"AWS/Lambda/Errors": 14, "AWS/Lambda/IteratorAge": 1, "AWS/SQS/ApproximateNumberOfMessagesVisible": 1, "AWS/ApiGateway/5xx": 1,
 		"ExactOnce/EntriesFailed": 1}
 	if fmt.Sprint(metrics) != fmt.Sprint(want) {
 		t.Errorf("alarms on %v, want %v", metrics, want)

@@ -71,7 +71,7 @@ func newExampleSubscriber(b *build, scope constructs.Construct, bus awsevents.Ev
 func subscriberPattern(b *build) *awsevents.EventPattern {
 	p := &awsevents.EventPattern{
 		Source:     jsii.Strings(b.EventSource),
-		DetailType: jsii.Strings(events.TypeConsumed, events.TypeCanceled, events.TypeExpired),
+		DetailType: jsii.Strings(events.Types...),
 	}
 	if b.ExampleSubscriberTenant != "" {
 		p.Detail = &map[string]any{"tenant": []string{b.ExampleSubscriberTenant}}

@@ -31,7 +31,7 @@ func TestExampleSubscriber(t *testing.T) {
 	}
 	for _, r := range rules {
 		p := props(r)
-		if got := jsonOf(p["EventPattern"]); got != `{"detail-type":["action.consumed","action.canceled","action.expired"],"source":["shop.exactonce"]}` {
+		if got := jsonOf(p["EventPattern"]); got != `{"detail-type":["action.consumed","action.canceled","action.expired","action.used","action.use_released"],"source":["shop.exactonce"]}` {
 			t.Errorf("pattern %s", got)
 		}
 		if !strings.Contains(jsonOf(p["EventBusName"]), "Bus") {
@@ -106,7 +106,7 @@ func TestExampleSubscriber(t *testing.T) {
 	for _, a := range resources(tmpl, "AWS::CloudWatch::Alarm") {
 		metrics[fmt.Sprint(props(a)["Namespace"], "/", props(a)["MetricName"])]++
 	}
-	if metrics["AWS/Lambda/Errors"] != 13 || metrics["ExactOnce/EntriesFailed"] != 1 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
+	if metrics["AWS/Lambda/Errors"] != 15 || metrics["ExactOnce/EntriesFailed"] != 1 || metrics["AWS/SQS/ApproximateNumberOfMessagesVisible"] != 2 {
 		t.Errorf("alarms with the subscriber: %v", metrics)
 	}
 	if tmpl["Outputs"].(map[string]any)["AuditClaimsTableName"] == nil {

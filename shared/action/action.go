@@ -63,6 +63,16 @@ type Action struct {
 	// Payload is the sealed (encrypted) payload, never plaintext.
 	Payload []byte
 
+	// Multi-use (see uses.go): MaxUses is 0 for a single-use action (the
+	// item holds none of these), else N; UsesHeld counts the uses held;
+	// Uses holds every useId's latest use, held or released; UseKeys maps
+	// the keyed digest of an Idempotency-Key to the useId its consume took.
+	MaxUses    int
+	Releasable bool
+	UsesHeld   int
+	Uses       map[string]Use
+	UseKeys    map[string]string
+
 	// Writes made by each operation, so a retried request is recognised from
 	// the old item alone: the Idempotency-Key and request fingerprint of the
 	// call, and the request id of the attempt that committed.

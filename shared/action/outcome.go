@@ -133,12 +133,13 @@ type Attempt struct {
 	// a stored fingerprint matches when it is one of them.
 	Fingerprints []string
 	RequestID    string
-	PINPresented bool // the consume carried a PIN
+	PINPresented bool   // the consume carried a PIN
+	UseID        string // the useId of a take or release of a multi-use action
 }
 
 // ClassifyConsume explains why a consume's conditional write failed, from the
 // item the write saw (nil when there was none). Precedence: not found,
-// already used, canceled, expired, not active, locked, PIN required.
+// a multi-use action (a 400: the consume must name its useId), already used, canceled, expired, not active, locked, PIN required.
 // A *Replay means the consume was this call's own and must be answered as
 // success. On a PIN-protected action whose guesses are used up no replay is
 // given: a replay compares the request, PIN included, with the one that
@@ -146,6 +147,9 @@ type Attempt struct {
 func ClassifyConsume(old *Action, at Attempt) error {
 	if old == nil {
 		return Reject(CodeNotFound, nil)
+	}
+	if old.MultiUse() {
+		return errUseIDRequired
 	}
 	if !old.ConsumedAt.IsZero() {
 		switch replay, reused, err := idempotency(old.Consume, at); {
@@ -160,14 +164,8 @@ func ClassifyConsume(old *Action, at Attempt) error {
 		}
 		return Reject(CodeAlreadyUsed, old)
 	}
-	if !old.CanceledAt.IsZero() {
-		return Reject(CodeCanceled, old)
-	}
-	if !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt) {
-		return Reject(CodeExpired, old)
-	}
-	if at.Now.Before(old.ActiveAt) {
-		return Reject(CodeNotActive, old)
+	if err := closed(old, at); err != nil {
+		return err
 	}
 	if old.Locked() {
 		return Reject(CodeLocked, old)

@@ -45,6 +45,9 @@ type CreateRequest struct {
 	// Supersede cancels the user's earlier open actions of the same kind
 	// once this one is written.
 	Supersede bool `json:"supersede,omitempty"`
+	// MaxUses (default 1: single-use) and Releasable make a multi-use action.
+	MaxUses    *int `json:"maxUses,omitempty"`
+	Releasable bool `json:"releasable,omitempty"`
 }
 
 // ErrExpiresAtPassed is the refusal of a create whose expiresAt is not in
@@ -67,6 +70,9 @@ func TooLateToCreate(err error) bool {
 type ConsumeRequest struct {
 	Reason string `json:"reason,omitempty"`
 	PIN    string `json:"pin,omitempty"`
+	// UseID names who takes a use of a multi-use action (required there,
+	// refused on a single-use one).
+	UseID string `json:"useId,omitempty"`
 }
 
 // CancelRequest is the body of POST /actions/{actionId}/cancel.
@@ -147,6 +153,9 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 			a.MaxPINAttempts = *r.MaxPINAttempts
 		}
 	}
+	if err := validateUses(r, a); err != nil {
+		return nil, err
+	}
 	if r.Payload != nil {
 		if err := ValidateJSON("payload", r.Payload, MaxPayloadBytes); err != nil {
 			return nil, err
@@ -157,6 +166,9 @@ func ValidateCreate(r *CreateRequest, now time.Time) (*Action, error) {
 
 // ValidateConsume checks a consume request.
 func ValidateConsume(r *ConsumeRequest) error {
+	if err := validateUseID(r.UseID); err != nil {
+		return err
+	}
 	if err := text("reason", r.Reason, MaxReasonLen); err != nil {
 		return err
 	}

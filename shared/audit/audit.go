@@ -53,6 +53,10 @@ func (s *Subscriber) Handle(ctx context.Context, ev lambdaevents.CloudWatchEvent
 			attrs = append(attrs, slog.String("reason", e.Canceled.Reason))
 		case e.Expired != nil:
 			attrs = append(attrs, slog.String("detectedBy", e.Expired.DetectedBy))
+		case e.Used != nil:
+			attrs = append(attrs, slog.String("useId", e.Used.UseID), slog.String("reason", e.Used.Reason))
+		case e.Released != nil:
+			attrs = append(attrs, slog.String("useId", e.Released.UseID))
 		}
 		s.Log.InfoContext(ctx, "audit", attrs...)
 		return nil

@@ -65,6 +65,7 @@ func (a *API) Routes() map[string]Handler {
 		RouteCreate: a.Create, RouteGet: a.Get, RouteConsume: a.Consume, RouteCancel: a.Cancel,
 		RouteKeyClaim: a.Claim, RouteKeyComplete: a.Complete, RouteKeyRelease: a.Release, RouteKeyGet: a.GetKey,
 		RouteUserList: a.ListUser, RouteUserCancel: a.CancelUser,
+		RouteUseRelease: a.ReleaseUse, RouteUseList: a.ListUses,
 	}
 }
 
@@ -193,6 +194,9 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		if err := action.ValidateConsume(&req); err != nil {
 			return fail(err)
 		}
+		if req.UseID != "" {
+			return a.take(ctx, c, id, &req, r)
+		}
 		act, err := a.consume(ctx, c, id, &req, r)
 		var headers map[string]string
 		var replay *action.Replay
@@ -204,15 +208,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		default:
 			c.outcome = "consumed"
 		}
-		v := view(act, act.ConsumedAt)
-		if act.Payload != nil {
-			plain, err := open(c.keys, act)
-			if err != nil {
-				return fail(err)
-			}
-			v.Payload = plain
-		}
-		return respond(http.StatusOK, v, headers), nil
+		return consumed(c, act, view(act, act.ConsumedAt), headers)
 	})
 }
 

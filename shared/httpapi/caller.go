@@ -16,6 +16,7 @@ var routeScopes = map[string]string{
 	RouteConsume: "actions:consume", RouteCancel: "actions:cancel",
 	RouteKeyClaim: "keys", RouteKeyComplete: "keys", RouteKeyRelease: "keys", RouteKeyGet: "keys",
 	RouteUserList: "actions:read", RouteUserCancel: "actions:cancel",
+	RouteUseRelease: "actions:consume", RouteUseList: "actions:read",
 }
 
 // RouteScope is the JWT scope a route needs.

@@ -31,7 +31,14 @@ type View struct {
 	PINProtected         bool              `json:"pinProtected"`
 	PINAttemptsRemaining *int              `json:"pinAttemptsRemaining,omitempty"`
 	LockedAt             string            `json:"lockedAt,omitempty"`
-	Payload              jsontext.Value    `json:"payload,omitzero"`
+	// Multi-use actions only (absent on a single-use one): see uses.go.
+	MaxUses       *int           `json:"maxUses,omitempty"`
+	Releasable    bool           `json:"releasable,omitzero"`
+	UsesHeld      *int           `json:"usesHeld,omitempty"`
+	UsesRemaining *int           `json:"usesRemaining,omitempty"`
+	UseID         string         `json:"useId,omitempty"` // a take's answer
+	UsedAt        string         `json:"usedAt,omitempty"`
+	Payload       jsontext.Value `json:"payload,omitzero"`
 }
 
 // view renders a as it reads at instant at. The payload is added by the
@@ -56,6 +63,9 @@ func view(a *action.Action, at time.Time) *View {
 		n := a.PINAttemptsRemaining()
 		v.PINAttemptsRemaining = &n
 	}
+	if a.MultiUse() {
+		useCounts(v, a)
+	}
 	return v
 }
 
@@ -67,6 +77,7 @@ func asCreated(a *action.Action) *action.Action {
 	c.CanceledAt, c.CancelReason = time.Time{}, ""
 	c.ExpiredAt, c.LockedAt = time.Time{}, time.Time{}
 	c.PINFailures = 0
+	c.UsesHeld = 0 // a multi-use action is created with none held
 	return &c
 }
 
@@ -88,6 +99,7 @@ type errorBody struct {
 	ActiveAt          string      `json:"activeAt,omitempty"`
 	LockedAt          string      `json:"lockedAt,omitempty"`
 	AttemptsRemaining *int        `json:"attemptsRemaining,omitempty"`
+	MaxUses           *int        `json:"maxUses,omitempty"`
 	RequestID         string      `json:"requestId"`
 }
 
@@ -98,9 +110,9 @@ func Status(c action.Code) int {
 		return http.StatusBadRequest
 	case action.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case action.CodeNotFound:
+	case action.CodeNotFound, action.CodeUseNotFound:
 		return http.StatusNotFound
-	case action.CodeExists, action.CodeAlreadyUsed, action.CodeNotActive:
+	case action.CodeExists, action.CodeAlreadyUsed, action.CodeNotActive, action.CodeNoUsesLeft, action.CodeNotReleasable:
 		return http.StatusConflict
 	case action.CodeCanceled, action.CodeExpired:
 		return http.StatusGone
@@ -130,6 +142,10 @@ var messages = map[action.Code]string{
 	action.CodeKeyReused:   "this Idempotency-Key was used for this operation on this action with a different request body",
 	action.CodeUnavailable: "the action store is unavailable; retry after the given delay",
 	action.CodeInternal:    "internal error",
+
+	action.CodeNoUsesLeft:    "no use is left for a new useId (every use is held, or the action's item is full)",
+	action.CodeUseNotFound:   "this useId holds no use of the action",
+	action.CodeNotReleasable: "the action's uses cannot be released (it was not created releasable)",
 }
 
 // rejection renders a domain rejection with the stable context of the action.
@@ -158,6 +174,8 @@ func rejection(r *action.Rejection, requestID string) events.APIGatewayV2HTTPRes
 			}
 		case action.CodePINRequired:
 			body.Field = "pin"
+		case action.CodeNoUsesLeft:
+			body.MaxUses = &a.MaxUses
 		}
 	}
 	return respond(Status(r.Code), body, nil)

@@ -64,6 +64,8 @@ func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
 			return canceled(cur)
 		case old.ExpiredAt.IsZero() && !cur.ExpiredAt.IsZero():
 			return expired(cur, "sweep")
+		case cur.MultiUse():
+			return useChanged(old, cur)
 		}
 	case "REMOVE":
 		if old != nil && byTTL(rec) && !old.Finished() {

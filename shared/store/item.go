@@ -100,6 +100,7 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 			a.Metadata[k] = sv.Value
 		}
 	}
+	decodeUses(&d, a)
 	if a.Locked() {
 		// No guess is counted after the one that locked: it is the last.
 		if l, ok := item[attrPINFailedAt].(*types.AttributeValueMemberL); ok && len(l.Value) > 0 {

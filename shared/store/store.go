@@ -93,6 +93,8 @@ const (
 	// consumable: open and active.
 	condConsumable = condOpen + " AND {activeAtMs} <= :nowMs"
 	condNoPIN      = " AND attribute_not_exists({pinHash})"
+	// single: not a multi-use action (those take uses, see Take).
+	condSingle = " AND attribute_not_exists({maxUses})"
 	// a guess may be reserved while guesses remain.
 	condGuessLeft = "attribute_exists({pinHash}) AND {pinFailures} < {maxPinAttempts}"
 )
@@ -134,6 +136,9 @@ func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprin
 	}
 	if a.Payload != nil {
 		u.set(attrPayload, b(a.Payload))
+	}
+	if a.MultiUse() {
+		setUses(u, a)
 	}
 	u.setIf(attrKeyID, a.KeyID)
 	setWrite(u, attrCreateKey, attrCreateFP, attrCreateReq, a.Create)
@@ -304,7 +309,7 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 	if extra != nil {
 		extra(u)
 	}
-	written, old, err := st.update(ctx, id, u, u.cond(cond+st.knownKeys(u, c.KeyIDs)), types.ReturnValueAllNew)
+	written, old, err := st.update(ctx, id, u, u.cond(cond+condSingle+st.knownKeys(u, c.KeyIDs)), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err
 	}

@@ -21,16 +21,21 @@ func newUpdate() *update {
 }
 
 // name registers an attribute and returns its placeholder: #attr, or #aN
-// for a name that is not alphanumeric (placeholders must be).
+// for a name that is not alphanumeric (placeholders must be) or whose #attr
+// is taken by another name (a caller's useId may read "a1").
 func (u *update) name(attr string) string {
+	for p, a := range u.names {
+		if a == attr {
+			return p
+		}
+	}
 	ph := "#" + attr
-	if !alnum(attr) {
-		for p, a := range u.names {
-			if a == attr {
-				return p
+	if _, taken := u.names[ph]; taken || !alnum(attr) {
+		for i := len(u.names); ; i++ {
+			if ph = fmt.Sprintf("#a%d", i); u.names[ph] == "" {
+				break
 			}
 		}
-		ph = fmt.Sprintf("#a%d", len(u.names))
 	}
 	u.names[ph] = attr
 	return ph

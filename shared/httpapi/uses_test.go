@@ -1,0 +1,453 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
+	"github.com/exactonce/exactonce/local/server"
+)
+
+// TestUsesLicence: a 3-seat releasable licence. Three devices activate, the
+// fourth is refused, one deactivates, the fourth activates. Each use and
+// each release is one conditional write; a repeated take or release
+// answers byte for byte as the first.
+func TestUsesLicence(t *testing.T) {
+	env := testkit.NewEnv(t)
+	c := create(t, env, `{"actionId":"lic","userId":"acme","maxUses":3,"releasable":true,"payload":{"licence":"K-1"}}`)
+	if c.Body["maxUses"] != 3.0 || c.Body["usesHeld"] != 0.0 || c.Body["usesRemaining"] != 3.0 || c.Body["releasable"] != true {
+		t.Fatalf("create body: %s", c.Raw)
+	}
+	first := map[string]string{}
+	for i, dev := range []string{"laptop", "phone", "tablet"} {
+		r := do(t, env, "POST", "/actions/lic/consume", `{"useId":"`+dev+`"}`)
+		expect(t, env, r, 200, "", update)
+		if r.Str("useId") != dev || r.Str("usedAt") == "" || r.Body["usesHeld"] != float64(i+1) || r.Body["usesRemaining"] != float64(2-i) ||
+			r.Str("state") != "active" || !strings.Contains(r.Raw, `"payload":{"licence":"K-1"}`) {
+			t.Fatalf("take %s: %s", dev, r.Raw)
+		}
+		first[dev] = r.Raw
+	}
+	again := do(t, env, "POST", "/actions/lic/consume", `{"useId":"phone"}`)
+	expect(t, env, again, 200, "", update)
+	if again.Raw != first["phone"] {
+		t.Fatalf("phone again:\n%s\nfirst:\n%s", again.Raw, first["phone"])
+	}
+	full := do(t, env, "POST", "/actions/lic/consume", `{"useId":"desktop"}`)
+	expect(t, env, full, 409, "no_uses_left", update)
+	if full.Body["maxUses"] != 3.0 {
+		t.Fatalf("no_uses_left body lacks maxUses: %s", full.Raw)
+	}
+	rel := do(t, env, "POST", "/actions/lic/uses/phone/release", ``)
+	expect(t, env, rel, 200, "", update)
+	if rel.Str("useId") != "phone" || rel.Str("releasedAt") == "" || rel.Str("usedAt") == "" {
+		t.Fatalf("release: %s", rel.Raw)
+	}
+	relAgain := do(t, env, "POST", "/actions/lic/uses/phone/release", `{}`)
+	expect(t, env, relAgain, 200, "", update)
+	if relAgain.Raw != rel.Raw {
+		t.Fatalf("release again:\n%s\nfirst:\n%s", relAgain.Raw, rel.Raw)
+	}
+	desk := do(t, env, "POST", "/actions/lic/consume", `{"useId":"desktop"}`)
+	expect(t, env, desk, 200, "", update)
+	if desk.Body["usesHeld"] != 3.0 || desk.Body["usesRemaining"] != 0.0 {
+		t.Fatalf("desktop: %s", desk.Raw)
+	}
+	// The first takes still answer as they did, whatever happened since.
+	if r := do(t, env, "POST", "/actions/lic/consume", `{"useId":"laptop"}`); r.Raw != first["laptop"] {
+		t.Fatalf("laptop again after other uses:\n%s\nfirst:\n%s", r.Raw, first["laptop"])
+	}
+	env.Counter.Take()
+
+	g := do(t, env, "GET", "/actions/lic", "")
+	expect(t, env, g, 200, "", get)
+	if g.Body["usesHeld"] != 3.0 || g.Body["usesRemaining"] != 0.0 || g.Body["maxUses"] != 3.0 || strings.Contains(g.Raw, "payload") {
+		t.Fatalf("GET: %s", g.Raw)
+	}
+	l := do(t, env, "GET", "/actions/lic/uses", "")
+	expect(t, env, l, 200, "", get)
+	var ids []string
+	for _, u := range l.Body["uses"].([]any) {
+		ids = append(ids, u.(map[string]any)["useId"].(string))
+	}
+	if fmt.Sprint(ids) != "[desktop laptop tablet]" || strings.Contains(l.Raw, "K-1") {
+		t.Fatalf("uses: %s", l.Raw)
+	}
+	p1 := do(t, env, "GET", "/actions/lic/uses?limit=2", "")
+	p2 := do(t, env, "GET", "/actions/lic/uses?limit=2&cursor="+p1.Str("cursor"), "")
+	if p1.Str("cursor") != "laptop" || !strings.Contains(p2.Raw, `"useId":"tablet"`) || p2.Str("cursor") != "" {
+		t.Fatalf("pages: %s / %s", p1.Raw, p2.Raw)
+	}
+	env.Counter.Take()
+
+	// The refusals: each one request, nothing written.
+	create(t, env, `{"actionId":"coupon","userId":"shop","maxUses":2}`)
+	create(t, env, `{"actionId":"single","userId":"u"}`)
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		code       string
+		ddb        map[string]int
+	}{
+		{"/actions/coupon/uses/x/release", ``, 409, "not_releasable", update},
+		{"/actions/single/uses/x/release", ``, 409, "not_releasable", update},
+		{"/actions/lic/uses/nobody/release", ``, 404, "use_not_found", update},
+		{"/actions/nope/uses/x/release", ``, 404, "action_not_found", update},
+		{"/actions/nope/consume", `{"useId":"x"}`, 404, "action_not_found", update},
+		{"/actions/coupon/consume", `{}`, 400, "invalid_request", update},
+		{"/actions/single/consume", `{"useId":"x"}`, 400, "invalid_request", update},
+		{"/actions/coupon/consume", `{"useId":"a b"}`, 400, "invalid_request", none},
+		{"/actions/lic/uses/../release", ``, 400, "invalid_request", none},
+	} {
+		r := do(t, env, "POST", tc.path, tc.body)
+		if tc.path == "/actions/lic/uses/../release" {
+			env.Counter.Take()
+			continue // a client resolves "..": the route is another one
+		}
+		expect(t, env, r, tc.status, tc.code, tc.ddb)
+		if tc.status == 400 && r.Str("field") != "useId" {
+			t.Fatalf("%s %s: field %q, want useId: %s", tc.path, tc.body, r.Str("field"), r.Raw)
+		}
+	}
+	if r := do(t, env, "GET", "/actions/single", ""); r.Str("state") != "active" || strings.Contains(r.Raw, "Uses") {
+		t.Fatalf("single-use action after refused takes: %s", r.Raw)
+	}
+	env.Counter.Take()
+	for body, field := range map[string]string{
+		`{"userId":"u","maxUses":0}`:                          "maxUses",
+		`{"userId":"u","maxUses":1001}`:                       "maxUses",
+		`{"userId":"u","maxUses":2,"pin":"2468"}`:             "pin",
+		`{"userId":"u","releasable":true,"pin":"2468"}`:       "pin",
+		`{"userId":"u","maxUses":"3"}`:                        "maxUses",
+		`{"userId":"u","maxUses":3,"releasable":"yes"}`:       "releasable",
+		`{"actionId":"x1","userId":"u","maxUses":3.5}`:        "maxUses",
+		`{"actionId":"x2","userId":"u","maxUses":-1}`:         "maxUses",
+		`{"actionId":"x3","userId":"u","maxUses":2,"pin":""}`: "",
+	} {
+		r := do(t, env, "POST", "/actions", body)
+		if field == "" {
+			expect(t, env, r, 201, "", update)
+			continue
+		}
+		expect(t, env, r, 400, "invalid_request", none)
+		if r.Str("field") != field {
+			t.Errorf("%s: field %q, want %q", body, r.Str("field"), field)
+		}
+	}
+}
+
+// TestSingleUseUnchanged: maxUses 1 (given or not) is today's single-use
+// action: the same stored attributes and the same answers.
+func TestSingleUseUnchanged(t *testing.T) {
+	env := testkit.NewEnv(t)
+	a := create(t, env, `{"actionId":"plain","userId":"u","payload":"p"}`)
+	b := create(t, env, `{"actionId":"one","userId":"u","payload":"p","maxUses":1,"releasable":false}`)
+	times := regexp.MustCompile(`"\d{4}-[0-9T:.-]+Z"`)
+	if times.ReplaceAllString(strings.ReplaceAll(b.Raw, `"one"`, `"plain"`), "T") != times.ReplaceAllString(a.Raw, "T") {
+		t.Fatalf("create bodies differ:\n%s\n%s", a.Raw, b.Raw)
+	}
+	names := func(id string) string {
+		var out []string
+		for k := range rawItem(t, env, id) {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return fmt.Sprint(out)
+	}
+	if names("plain") != names("one") || strings.Contains(names("one"), "maxUses") || strings.Contains(names("one"), "use:") || strings.Contains(names("one"), "usesHeld") {
+		t.Fatalf("stored attributes: plain %s, maxUses 1 %s", names("plain"), names("one"))
+	}
+	ca := do(t, env, "POST", "/actions/plain/consume", ``)
+	cb := do(t, env, "POST", "/actions/one/consume", ``)
+	if ca.Status != 200 || cb.Status != 200 || strings.Contains(cb.Raw, "uses") || strings.Contains(cb.Raw, "useId") {
+		t.Fatalf("consumes: %s / %s", ca.Raw, cb.Raw)
+	}
+	env.Counter.Take()
+	expect(t, env, do(t, env, "POST", "/actions/one/consume", ``), 409, "already_used", update)
+}
+
+// race runs one round: 64 concurrent takes with distinct useIds on a fresh
+// action of maxUses 5. A 503 (the store unreachable after the SDK's own
+// retries) is retried by the caller with the same useId, as a client does.
+func race(t *testing.T, env *testkit.Env, id string, callers, maxUses int) (ok, full int) {
+	t.Helper()
+	create(t, env, fmt.Sprintf(`{"actionId":"%s","userId":"u","maxUses":%d}`, id, maxUses))
+	return takeAll(t, env, id, callers)
+}
+
+// takeAll sends callers concurrent takes with distinct useIds and checks
+// that the item holds exactly the uses answered 200.
+func takeAll(t *testing.T, env *testkit.Env, id string, callers int) (ok, full int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var okN, fullN atomic.Int32
+	var mu sync.Mutex
+	var bad []string
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			for try := 0; ; try++ {
+				r, err := testkit.Send(client, "POST", env.URL+"/actions/"+id+"/consume", fmt.Sprintf(`{"useId":"caller-%d"}`, i))
+				switch {
+				case err == nil && r.Status == 200:
+					okN.Add(1)
+				case err == nil && r.Status == 409 && r.Str("error") == "no_uses_left":
+					fullN.Add(1)
+				case (err != nil || r.Status == 503) && try < 20:
+					continue
+				default:
+					mu.Lock()
+					bad = append(bad, fmt.Sprint(err, r))
+					mu.Unlock()
+				}
+				return
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("round %s: unexpected answers: %v", id, bad)
+	}
+	item := rawItem(t, env, id)
+	if held := item["usesHeld"].(*types.AttributeValueMemberN).Value; held != fmt.Sprint(okN.Load()) {
+		t.Fatalf("round %s: usesHeld %s, but %d takes answered 200", id, held, okN.Load())
+	}
+	n := 0
+	for name := range item {
+		if strings.HasPrefix(name, "use:") {
+			n++
+		}
+	}
+	if n != int(okN.Load()) {
+		t.Fatalf("round %s: %d uses stored, %d answered 200", id, n, okN.Load())
+	}
+	return int(okN.Load()), int(fullN.Load())
+}
+
+// TestUsesRace: 64 callers with distinct useIds race for an action of 5
+// uses, 50 rounds: exactly 5 × 200 and 59 × 409 each round.
+func TestUsesRace(t *testing.T) {
+	env := testkit.NewEnv(t)
+	rounds, start := 50, time.Now()
+	for round := range rounds {
+		ok, full := race(t, env, fmt.Sprintf("r%d", round), 64, 5)
+		if ok != 5 || full != 59 {
+			t.Fatalf("round %d: %d × 200, %d × 409, want 5 and 59", round, ok, full)
+		}
+	}
+	el := time.Since(start)
+	t.Logf("hot item: %d rounds × 64 takes on one item each: %.0f takes/s (%v)", rounds, float64(rounds*64)/el.Seconds(), el.Round(time.Millisecond))
+}
+
+// TestUsesRaceLostAnswers: the same race while the fault proxy drops a
+// tenth of the answers after DynamoDB applied the write. The SDK re-sends
+// the take; the item answers that useId's use is held, so the retry
+// replays its 200: a retried use is never a second use.
+func TestUsesRaceLostAnswers(t *testing.T) {
+	p, err := faults.Start(testkit.Endpoint, faults.Rates{DropAfter: 0.1}, 7, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	env := testkit.NewEnv(t, func(o *server.Options) {
+		o.AWS.BaseEndpoint = aws.String(p.URL)
+		o.AWS.Retryer = func() aws.Retryer { // the SDK's own attempts, with short waits
+			return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond)
+		}
+	})
+	for round := range 50 {
+		p.SetRates(faults.Rates{})
+		ok, full := func() (int, int) {
+			// create without faults; the race with them
+			create(t, env, fmt.Sprintf(`{"actionId":"f%d","userId":"u","maxUses":5}`, round))
+			p.SetRates(faults.Rates{DropAfter: 0.1})
+			defer p.SetRates(faults.Rates{})
+			return takeAll(t, env, fmt.Sprintf("f%d", round), 64)
+		}()
+		if ok != 5 || full != 59 {
+			t.Fatalf("round %d: %d × 200, %d × 409, want 5 and 59 (%s)", round, ok, full, p)
+		}
+	}
+	if p.Counts().Dropped == 0 {
+		t.Fatalf("no answer was dropped: %s", p)
+	}
+	t.Logf("fault proxy: %s", p)
+}
+
+// TestReleaseTakeRace: takes and releases race on a releasable action of
+// 3 uses (a pool of 8 useIds, each worker taking and releasing its own
+// ones). No answer ever shows more than 3 uses held, and at the end the
+// count, the stored uses and the answered takes and releases agree.
+func TestReleaseTakeRace(t *testing.T) {
+	env := testkit.NewEnv(t)
+	const maxUses, workers, ops = 3, 8, 20
+	create(t, env, fmt.Sprintf(`{"actionId":"seats","userId":"u","maxUses":%d,"releasable":true}`, maxUses))
+	var taken, released atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan string, workers*ops)
+	for w := range workers {
+		wg.Go(func() {
+			use := fmt.Sprintf("dev-%d", w)
+			for range ops {
+				r, err := testkit.Send(client, "POST", env.URL+"/actions/seats/consume", `{"useId":"`+use+`"}`)
+				switch {
+				case err != nil:
+					errs <- err.Error()
+					return
+				case r.Status == 409 && r.Str("error") == "no_uses_left":
+					continue
+				case r.Status != 200:
+					errs <- r.Raw
+					return
+				case r.Body["usesHeld"].(float64) > maxUses:
+					errs <- "more than maxUses held: " + r.Raw
+					return
+				}
+				taken.Add(1)
+				rel, err := testkit.Send(client, "POST", env.URL+"/actions/seats/uses/"+use+"/release", ``)
+				if err != nil || rel.Status != 200 {
+					errs <- fmt.Sprint(err, rel)
+					return
+				}
+				released.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	g := do(t, env, "GET", "/actions/seats", "")
+	if g.Body["usesHeld"] != 0.0 || taken.Load() != released.Load() || taken.Load() < maxUses {
+		t.Fatalf("after %d takes and %d releases: %s", taken.Load(), released.Load(), g.Raw)
+	}
+	t.Logf("%d takes and %d releases raced on 3 seats; never more than 3 held", taken.Load(), released.Load())
+}
+
+// TestUsesKeyedRetry: a take retried with its Idempotency-Key replays its
+// first answer (Idempotent-Replayed), even after the use was released; the
+// key with another body is 422; a release retried with its key replays.
+func TestUsesKeyedRetry(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"k","userId":"u","maxUses":2,"releasable":true}`)
+	first := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, first, 200, "", update)
+	retry := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, retry, 200, "", update)
+	if retry.Raw != first.Raw || retry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed retry: %s %v, first %s", retry.Raw, retry.Header, first.Raw)
+	}
+	expect(t, env, do(t, env, "POST", "/actions/k/consume", `{"useId":"b"}`, "Idempotency-Key", "take-a"), 422, "idempotency_key_reused", update)
+	rel := do(t, env, "POST", "/actions/k/uses/a/release", ``, "Idempotency-Key", "rel-a")
+	expect(t, env, rel, 200, "", update)
+	relRetry := do(t, env, "POST", "/actions/k/uses/a/release", ``, "Idempotency-Key", "rel-a")
+	if relRetry.Raw != rel.Raw || relRetry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed release retry: %s %v", relRetry.Raw, relRetry.Header)
+	}
+	env.Counter.Take()
+	// After the release, the keyed take retried still replays its first
+	// answer: it takes no second use.
+	late := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
+	expect(t, env, late, 200, "", update)
+	if late.Raw != first.Raw {
+		t.Fatalf("keyed retry after release: %s, first %s", late.Raw, first.Raw)
+	}
+	if g := do(t, env, "GET", "/actions/k", ""); g.Body["usesHeld"] != 0.0 {
+		t.Fatalf("the late keyed retry took a use: %s", g.Raw)
+	}
+	// Without the key, the released useId takes a use again: a new take.
+	again := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`)
+	if again.Status != 200 || again.Str("usedAt") == first.Str("usedAt") && again.Raw == first.Raw {
+		t.Fatalf("retake after release: %s", again.Raw)
+	}
+}
+
+// TestUsesTenants: another tenant's multi-use action answers like one that
+// does not exist, on every uses route, and is left as it was.
+func TestUsesTenants(t *testing.T) {
+	env := testkit.NewEnv(t, withTenants)
+	if r := as(t, env, alpha, "POST", "/actions", `{"actionId":"seats","userId":"ua","maxUses":2,"releasable":true}`); r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	if r := as(t, env, alpha, "POST", "/actions/seats/consume", `{"useId":"d1"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/actions/%s/consume", `{"useId":"d2"}`},
+		{"POST", "/actions/%s/uses/d1/release", ``},
+		{"GET", "/actions/%s/uses", ``},
+		{"GET", "/actions/%s", ``},
+	} {
+		theirs := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "seats", 1), tc.body)
+		nobody := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "nobody", 1), tc.body)
+		if theirs.Status != 404 || requestIDField.ReplaceAllString(theirs.Raw, "") != requestIDField.ReplaceAllString(nobody.Raw, "") {
+			t.Fatalf("%s %s as beta: %s, nobody's: %s", tc.method, tc.path, theirs.Raw, nobody.Raw)
+		}
+	}
+	if g := as(t, env, alpha, "GET", "/actions/seats/uses", ""); !strings.Contains(g.Raw, `"useId":"d1"`) || strings.Contains(g.Raw, "d2") {
+		t.Fatalf("alpha's uses after beta's tries: %s", g.Raw)
+	}
+}
+
+// TestSameUseIDRace: 16 concurrent takes with one useId take one use and
+// all answer the same 200; useIds shaped like attribute names or
+// placeholders are uses like any other.
+func TestSameUseIDRace(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"s","userId":"u","maxUses":8}`)
+	var wg sync.WaitGroup
+	bodies := make([]string, 16)
+	for i := range bodies {
+		wg.Go(func() {
+			if r, err := testkit.Send(client, "POST", env.URL+"/actions/s/consume", `{"useId":"same"}`); err == nil && r.Status == 200 {
+				bodies[i] = r.Raw
+			}
+		})
+	}
+	wg.Wait()
+	for _, b := range bodies {
+		if b == "" || b != bodies[0] {
+			t.Fatalf("concurrent takes of one useId answered differently: %q", bodies)
+		}
+	}
+	for _, id := range []string{"a0", "a1", "uses", "usesHeld", "maxUses", "x.y:z-1"} {
+		if r := do(t, env, "POST", "/actions/s/consume", `{"useId":"`+id+`"}`, "Idempotency-Key", "k-"+id); r.Status != 200 || r.Str("useId") != id {
+			t.Fatalf("take %s: %s", id, r.Raw)
+		}
+	}
+	g := do(t, env, "GET", "/actions/s", "")
+	l := do(t, env, "GET", "/actions/s/uses", "")
+	if g.Body["usesHeld"] != 7.0 || g.Body["maxUses"] != 8.0 || len(l.Body["uses"].([]any)) != 7 {
+		t.Fatalf("after 7 uses: %s / %s", g.Raw, l.Raw)
+	}
+}
+
+// TestMultiUseCreateReplay: a keyed create retried after uses were taken
+// replays its first 201 byte for byte (usesHeld 0), like a single-use
+// create retried after its consume.
+func TestMultiUseCreateReplay(t *testing.T) {
+	env := testkit.NewEnv(t)
+	body := `{"actionId":"cr","userId":"u","maxUses":3}`
+	first := create(t, env, body, "Idempotency-Key", "create-cr")
+	if r := do(t, env, "POST", "/actions/cr/consume", `{"useId":"d1"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	again := do(t, env, "POST", "/actions", body, "Idempotency-Key", "create-cr")
+	if again.Status != 201 || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed create retry after a use:\n%s\nfirst:\n%s", again.Raw, first.Raw)
+	}
+}
