@@ -257,6 +257,45 @@ type CancelAll struct {
 	Except *action.Action
 }
 
+// cancelAllRecord is the item that records a keyed cancel-all: in the
+// key-item space (no event; no /keys route can name it, key names hold no
+// '#'), by tenant and the key's digest, so a key is one cancel-all call in
+// its tenant whatever user or body it is sent with.
+func cancelAllRecord(tenantName, keyDigest string) string {
+	return KeyPrefix + "ca#" + tenantName + "#" + keyDigest
+}
+
+// RecordCancelAll records a keyed cancel-all call with one conditional
+// write, before it cancels anything: the first call with its key stores
+// the call's fingerprint; a re-send with the same fingerprint (under any
+// known key set) passes and reports replayed; another call with the key is
+// refused (idempotency_key_reused), even when the first one canceled
+// nothing. The record is kept for the store's retention.
+func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w action.Write, fingerprints []string, now time.Time) (replayed bool, err error) {
+	u := newUpdate()
+	u.set(attrCancelFP, s(w.Fingerprint))
+	u.set(attrCancelReq, s(w.RequestID))
+	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	u.value("nowS", n(now.Unix()))
+	same := make([]string, len(fingerprints))
+	for i, fp := range fingerprints {
+		same[i] = u.value("fp"+strconv.Itoa(i), s(fp))
+	}
+	cond := "attribute_not_exists({" + attrID + "}) OR {" + attrTTL + "} <= :nowS"
+	if len(same) > 0 {
+		cond += " OR {" + attrCancelFP + "} IN (" + strings.Join(same, ", ") + ")"
+	}
+	old, _, failed, err := st.write(ctx, cancelAllRecord(tenantName, w.Key), u, u.cond(cond), types.ReturnValueAllOld)
+	switch {
+	case err != nil:
+		return false, err
+	case failed:
+		return false, action.Reject(action.CodeKeyReused, nil)
+	}
+	d := dynamoitem.Decoder{Item: old}
+	return old != nil && d.Num(attrTTL) > now.Unix(), nil
+}
+
 // cancelParallel is how many cancels of one call are in flight at once.
 const cancelParallel = 8
 
