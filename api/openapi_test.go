@@ -18,6 +18,7 @@ import (
 
 	"github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/httpapi"
 )
 
@@ -233,6 +234,31 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"reason":"` + strings.Repeat("x", 70<<10) + `"}`, badRequest: true},
 	})
 
+	// Outcomes added by issue 21 (item 16): a replayed create of a locked
+	// PIN action (423), a cancel-all's key reused with another body (422).
+	run(env, []exchange{
+		{method: "POST", path: "/actions", body: `{"actionId":"lk","userId":"u","pin":"2468","maxPinAttempts":1}`, headers: []string{"Idempotency-Key", "lk-1"}},
+		{method: "POST", path: "/actions/lk/consume", body: `{"pin":"0000"}`},
+		{method: "POST", path: "/actions", body: `{"actionId":"lk","userId":"u","pin":"2468","maxPinAttempts":1}`, headers: []string{"Idempotency-Key", "lk-1"}},
+		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"kind":"coupon"}`, headers: []string{"Idempotency-Key", "so-1"}},
+	})
+	// A caller the tenant map does not place: 403 forbidden on every route.
+	tenants := testkit.NewEnv(t, func(o *server.Options) { o.Tenants = `{"a":["svc-a"]}` })
+	stranger := []string{"X-Exactonce-Caller", "arn:aws:iam::999999999999:user/mallory"}
+	token0 := `{"token":"` + strings.Repeat("0", 32) + `"}`
+	run(tenants, []exchange{
+		{method: "POST", path: "/actions", body: `{"userId":"u"}`, headers: stranger},
+		{method: "GET", path: "/actions/a1", headers: stranger},
+		{method: "POST", path: "/actions/a1/consume", headers: stranger},
+		{method: "POST", path: "/actions/a1/cancel", headers: stranger},
+		{method: "GET", path: "/users/u/actions", headers: stranger},
+		{method: "POST", path: "/users/u/actions/cancel", headers: stranger},
+		{method: "POST", path: "/keys/k/claim", body: `{"fingerprint":"f"}`, headers: stranger},
+		{method: "POST", path: "/keys/k/complete", body: `{"token":"` + strings.Repeat("0", 32) + `","response":1}`, headers: stranger},
+		{method: "POST", path: "/keys/k/release", body: token0, headers: stranger},
+		{method: "GET", path: "/keys/k", headers: stranger},
+	})
+
 	dead := testkit.NewDeadEnv(t)
 	run(dead, []exchange{
 		{method: "GET", path: "/users/u/actions"},
@@ -246,6 +272,22 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "POST", path: "/keys/k/release", body: `{"token":"` + strings.Repeat("0", 32) + `"}`},
 		{method: "GET", path: "/keys/k"},
 	})
+
+	// What any route can answer whatever it does (the shared request
+	// handling: a bad request, a caller in no tenant or without the scope,
+	// a dependency fault, a bug; and a body over the limit where there is
+	// a body) must be documented on every route, driven above or not.
+	for _, r := range routes {
+		generic := []string{"400", "403", "500", "503"}
+		if strings.HasPrefix(r, "POST ") {
+			generic = append(generic, "413")
+		}
+		for _, code := range generic {
+			if !docs[r+" "+code] {
+				t.Errorf("%s can answer %s, which is not documented", r, code)
+			}
+		}
+	}
 
 	var missing []string
 	for k := range docs {
