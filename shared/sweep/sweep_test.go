@@ -195,7 +195,7 @@ func TestConsumeRacesSweep(t *testing.T) {
 	t.Logf("200 races: %d consumed, %d expired; sweeps (%d cut by their budget) %+v", consumed, expired, cut, runs)
 
 	// Exactly one event per action.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for len(env.Bus.Events()) < n && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -290,7 +290,7 @@ func TestExpiredEventLocally(t *testing.T) {
 	env := testkit.NewEnv(t, testkit.WithEvents, func(o *server.Options) { o.SweepEvery = time.Second })
 	expiresAt := action.Millis(time.Now().Add(2 * time.Second))
 	create(t, env, "soon", expiresAt)
-	deadline := expiresAt.Add(10 * time.Second)
+	deadline := expiresAt.Add(testkit.Patience)
 	for len(env.Bus.Events()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
