@@ -187,15 +187,7 @@ func TestConsumeRacesSweep(t *testing.T) {
 			expired++
 		}
 	}
-	sweptTotal, cut := 0, 0
-	for _, rs := range runs {
-		for _, r := range rs {
-			sweptTotal += r.Expired
-			if !r.Complete {
-				cut++
-			}
-		}
-	}
+	sweptTotal, cut := tally(runs)
 	// Exact unless a run was cut by its budget (see TestOverlappingSweeps).
 	if sweptTotal > expired || cut == 0 && sweptTotal != expired {
 		t.Errorf("sweeps report %d expired, table has %d", sweptTotal, expired)
@@ -408,15 +400,7 @@ func TestOverlappingSweeps(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	expired, cut := 0, 0
-	for _, rs := range runs {
-		for _, r := range rs {
-			expired += r.Expired
-			if !r.Complete {
-				cut++
-			}
-		}
-	}
+	expired, cut := tally(runs)
 	// A run cut short by its budget may lose the answer of a write that
 	// landed (its context ended): that expiry is counted by nobody, so the
 	// sum is exact only when no run was cut. It never exceeds n.
@@ -455,6 +439,19 @@ func TestOverlappingSweeps(t *testing.T) {
 // sweepBound bounds how long a test drives sweeps until one completes. It
 // stands for "eventually" on a loaded machine, not for a speed.
 const sweepBound = 5 * time.Minute
+
+// tally sums the actions the runs expired and counts the runs their budget cut short.
+func tally(runs [][]sweep.Result) (expired, cut int) {
+	for _, rs := range runs {
+		for _, r := range rs {
+			expired += r.Expired
+			if !r.Complete {
+				cut++
+			}
+		}
+	}
+	return expired, cut
+}
 
 // sweepUntilComplete runs s until a run reports it read every shard to the
 // end, and returns every run's result.
