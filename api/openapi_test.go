@@ -18,6 +18,7 @@ import (
 
 	"github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/httpapi"
 )
 
@@ -234,6 +235,32 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 	})
 
 	run(env, usesExchanges())
+	// Outcomes added by issue 21 (item 16): a replayed create of a locked
+	// PIN action (423), a cancel-all's key reused with another body (422).
+	run(env, []exchange{
+		{method: "POST", path: "/actions", body: `{"actionId":"lk","userId":"u","pin":"2468","maxPinAttempts":1}`, headers: []string{"Idempotency-Key", "lk-1"}},
+		{method: "POST", path: "/actions/lk/consume", body: `{"pin":"0000"}`},
+		{method: "POST", path: "/actions", body: `{"actionId":"lk","userId":"u","pin":"2468","maxPinAttempts":1}`, headers: []string{"Idempotency-Key", "lk-1"}},
+		{method: "POST", path: "/users/u-9/actions/cancel", body: `{"kind":"coupon"}`, headers: []string{"Idempotency-Key", "so-1"}},
+	})
+	// A caller the tenant map does not place: 403 forbidden on every route.
+	tenants := testkit.NewEnv(t, func(o *server.Options) { o.Tenants = `{"a":["svc-a"]}` })
+	stranger := []string{"X-Exactonce-Caller", "arn:aws:iam::999999999999:user/mallory"}
+	token0 := `{"token":"` + strings.Repeat("0", 32) + `"}`
+	run(tenants, []exchange{
+		{method: "POST", path: "/actions", body: `{"userId":"u"}`, headers: stranger},
+		{method: "GET", path: "/actions/a1", headers: stranger},
+		{method: "POST", path: "/actions/a1/consume", headers: stranger},
+		{method: "POST", path: "/actions/a1/cancel", headers: stranger},
+		{method: "GET", path: "/users/u/actions", headers: stranger},
+		{method: "POST", path: "/users/u/actions/cancel", headers: stranger},
+		{method: "POST", path: "/keys/k/claim", body: `{"fingerprint":"f"}`, headers: stranger},
+		{method: "POST", path: "/keys/k/complete", body: `{"token":"` + strings.Repeat("0", 32) + `","response":1}`, headers: stranger},
+		{method: "POST", path: "/keys/k/release", body: token0, headers: stranger},
+		{method: "GET", path: "/keys/k", headers: stranger},
+		{method: "GET", path: "/actions/a1/uses", headers: stranger},
+		{method: "POST", path: "/actions/a1/uses/d1/release", headers: stranger},
+	})
 
 	dead := testkit.NewDeadEnv(t)
 	run(dead, []exchange{
@@ -250,6 +277,22 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "GET", path: "/actions/a1/uses"},
 		{method: "POST", path: "/actions/a1/uses/d1/release"},
 	})
+
+	// What any route can answer whatever it does (the shared request
+	// handling: a bad request, a caller in no tenant or without the scope,
+	// a dependency fault, a bug; and a body over the limit where there is
+	// a body) must be documented on every route, driven above or not.
+	for _, r := range routes {
+		generic := []string{"400", "403", "500", "503"}
+		if strings.HasPrefix(r, "POST ") {
+			generic = append(generic, "413")
+		}
+		for _, code := range generic {
+			if !docs[r+" "+code] {
+				t.Errorf("%s can answer %s, which is not documented", r, code)
+			}
+		}
+	}
 
 	var missing []string
 	for k := range docs {
@@ -291,8 +334,10 @@ func describe(e *vErrors.ValidationError) string {
 	return msg
 }
 
-// soon is a time a second ahead, RFC 3339.
-func soon() string { return time.Now().Add(time.Second).UTC().Format(time.RFC3339) }
+// soon is a time an hour ahead, RFC 3339 (whole seconds); the test then
+// moves the server's clock past it. (A second ahead, truncated to whole
+// seconds, could be in the past by the time a loaded machine sent it.)
+func soon() string { return time.Now().Add(time.Hour).UTC().Format(time.RFC3339) }
 
 // field reads a top-level string field of a JSON body.
 func field(body, name string) string {

@@ -96,7 +96,7 @@ func TestTypedErrors(t *testing.T) {
 	}
 	later := time.Now().Add(48 * time.Hour)
 	mustCreate(client.CreateInput{ActionID: "later", UserID: "u", ActiveAt: &later})
-	soon := time.Now().Add(time.Second)
+	soon := time.Now().Add(time.Minute) // the server's clock is moved past it
 	mustCreate(client.CreateInput{ActionID: "soon", UserID: "u", ExpiresAt: &soon})
 	mustCreate(client.CreateInput{ActionID: "pin", UserID: "u", PIN: "2468", MaxPINAttempts: 2})
 	claim, err := c.Claim(ctx, "held", "f", time.Minute)
@@ -139,7 +139,7 @@ func TestTypedErrors(t *testing.T) {
 		{"lease lost", func() error { _, err := c.Complete(ctx, "held", strings.Repeat("0", 32), 1); return err }, client.ErrLeaseLost, nil},
 		{"key not found", func() error { _, err := c.GetKey(ctx, "none"); return err }, client.ErrNotFound, nil},
 		{"expired", func() error {
-			env.Shift(2 * time.Second)
+			env.Shift(2 * time.Minute)
 			defer env.Shift(0)
 			_, err := c.Consume(ctx, "soon", client.ConsumeInput{})
 			return err

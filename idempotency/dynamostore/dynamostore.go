@@ -137,7 +137,21 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 	if c.AnyAfterRelease {
 		cond = condClaimableAfterRelease
 	}
-	written, old, failed, err := t.write(ctx, name, expr, cond, values)
+	// A key past its retention whose item DynamoDB TTL has not deleted yet
+	// (that takes up to days) starts a fresh record: no SET can reset the
+	// counters only when the item expired, so the first write leaves such
+	// an item alone, and its refusal (which shows the old item) leads to a
+	// second write that replaces the expired record, if it still is one.
+	fresh := "SET " + strings.Join(append(sets[:len(sets):len(sets)], "#attempts = :one"), ", ") +
+		" REMOVE " + strings.Join(append(rems, "#released", "#failures", "#lastError"), ", ")
+	fresh = strings.Replace(fresh, "#createdAt = if_not_exists(#createdAt, :now)", "#createdAt = :now", 1)
+	written, old, failed, err := t.write(ctx, name, expr, condLive+" AND ("+cond+")", values)
+	for range 2 {
+		if err != nil || !failed || old == nil || ttlOf(old) > now.Unix() {
+			break
+		}
+		written, old, failed, err = t.write(ctx, name, fresh, condExpired, values)
+	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("dynamostore: claim: %w", err)
@@ -149,6 +163,20 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 		return nil, err
 	}
 	return nil, idemkey.ClassifyClaim(k, c)
+}
+
+// condLive and condExpired split a claim by the key's retention: a new or
+// live key is claimed by the usual write; an item past its retention only
+// by the write that replaces it with a fresh record.
+const (
+	condLive    = "(attribute_not_exists(#pk) OR #ttl > :nowS)"
+	condExpired = "attribute_not_exists(#pk) OR #ttl <= :nowS"
+)
+
+// ttlOf is an item's end of retention (epoch seconds; 0 when absent).
+func ttlOf(item map[string]types.AttributeValue) int64 {
+	d := dynamoitem.Decoder{Item: item}
+	return d.Num(attrTTL)
 }
 
 // Complete stores the response of the holder of token with one conditional

@@ -91,6 +91,13 @@ type Env struct {
 	offset   atomic.Int64
 }
 
+// Patience bounds how long a test waits for what must happen eventually
+// (an event through the stream, a sweep, a drain after an outage). It is
+// generous because the machine may be loaded: a wait that reaches it has
+// failed, and a wait that is answered returns at once, so it costs nothing.
+// Tests assert guarantees, not speed (make bench measures speed).
+const Patience = 2 * time.Minute
+
 // WithEvents runs the stream publisher and the local bus in the Env.
 func WithEvents(o *server.Options) { o.Events = true; o.EventLog = io.Discard }
 

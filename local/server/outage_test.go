@@ -115,7 +115,7 @@ func TestEventBridgeOutage(t *testing.T) {
 	recovered := time.Now()
 
 	var evs []eventbus.Event
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(20 * time.Millisecond) {
 		evs = localEvents(t, env)
 		if distinct(evs) >= n || time.Now().After(deadline) {
 			break
@@ -179,7 +179,7 @@ func TestPoisonRecordLocally(t *testing.T) {
 	}
 	consumeAll(t, env, "after", 3)
 	var dead []publish.Aside
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(20 * time.Millisecond) {
 		raw := testkit.Do(t, nil, "GET", env.URL+"/_local/dead-letters", "").Raw
 		if err := json.Unmarshal([]byte(raw), &dead); err != nil {
 			t.Fatal(err)

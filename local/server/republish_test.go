@@ -82,7 +82,7 @@ func TestRepublish(t *testing.T) {
 
 func waitDistinct(t *testing.T, env *testkit.Env, n int) []eventbus.Event {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(20 * time.Millisecond) {
 		evs := localEvents(t, env)
 		if distinct(evs) >= n {
 			return evs

@@ -76,7 +76,7 @@ func TestBatchItemFailures(t *testing.T) {
 		Handle: handle, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Batch: 10, Poll: 20 * time.Millisecond}
 	go r.Run(ctx)
 
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for {
 		mu.Lock()
 		got := slices.Clone(accepted)
@@ -143,7 +143,7 @@ func TestSetAsideThenGoOn(t *testing.T) {
 
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(20 * time.Millisecond) {
 			mu.Lock()
 			done := ok()
 			mu.Unlock()
@@ -203,7 +203,7 @@ func TestRecordAgeSetAside(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 20 * time.Millisecond, MaxRecordAge: time.Nanosecond,
 		SetAside: func(_ context.Context, f streams.OnFailure) { mu.Lock(); aside = append(aside, f); mu.Unlock() }}
 	go r.Run(ctx)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(20 * time.Millisecond) {
 		mu.Lock()
 		n := len(aside)
 		mu.Unlock()

@@ -37,6 +37,9 @@ type Action struct {
 	ExpiresAt time.Time
 	CreatedAt time.Time
 	Metadata  map[string]string
+	// Supersedes: created with "supersede": its order among the user's
+	// other superseding creates of its kind is the supersede pointer's.
+	Supersedes bool
 
 	ConsumedAt     time.Time
 	ConsumedReason string

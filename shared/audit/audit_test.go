@@ -33,7 +33,7 @@ func TestAuditOncePerEvent(t *testing.T) {
 	do("/actions/a2/cancel", `{"reason":"refund"}`)
 
 	var published []eventbus.Event
-	for deadline := time.Now().Add(10 * time.Second); len(published) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); len(published) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		published = env.Bus.Events()
 	}
 	if len(published) != 2 {

@@ -101,6 +101,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			act.KeyID = c.keys.KeyID()
 		}
 		act.Create = r.write(c.requestID)
+		act.Supersedes = req.Supersede
 
 		created, err := a.store.CreateClocked(ctx, act, r.fingerprints, a.Now)
 		var replay *action.Replay
@@ -114,7 +115,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			// After the write, and on every retry of it: the user's earlier open
 			// actions of this kind are canceled (idempotent; a dependency fault
 			// is a 503 the caller retries with its key).
-			if _, err := a.store.Supersede(ctx, created, c.requestID, a.Now()); err != nil {
+			if _, err := a.store.Supersede(ctx, created, c.requestID, replay != nil, a.Now()); err != nil {
 				return fail(err)
 			}
 		}

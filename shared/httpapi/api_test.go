@@ -113,7 +113,7 @@ func TestOutcomes(t *testing.T) {
 		t.Fatalf("cancel body: %s", c.Raw)
 	}
 	create(t, env, `{"actionId":"pending","userId":"u","activeAt":"`+future+`"}`)
-	create(t, env, `{"actionId":"short","userId":"u","expiresAt":"`+time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano)+`"}`)
+	create(t, env, `{"actionId":"short","userId":"u","expiresAt":"`+time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)+`"}`)
 	create(t, env, `{"actionId":"open","userId":"u"}`)
 
 	tests := []struct {
@@ -147,7 +147,7 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		env.Shift(3 * time.Second) // the server's clock passes expiresAt of "short"
+		env.Shift(2 * time.Minute) // the server's clock passes expiresAt of "short"
 		defer env.Shift(0)
 		r := do(t, env, "POST", "/actions/short/consume", ``)
 		expect(t, env, r, 410, "expired", update)

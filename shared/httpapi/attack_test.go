@@ -431,7 +431,7 @@ func TestEdges(t *testing.T) {
 	}
 
 	// A create retried with its key after its expiresAt has passed replays its 201.
-	body := `{"userId":"u","expiresAt":"` + time.Now().Add(3*time.Second).UTC().Format(time.RFC3339Nano) + `"}`
+	body := `{"userId":"u","expiresAt":"` + time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano) + `"}`
 	first := do(t, env, "POST", "/actions", body, "Idempotency-Key", "late-1")
 	env.Shift(time.Hour)
 	env.Counter.Take()

@@ -152,10 +152,46 @@ func TestKeyRetention(t *testing.T) {
 	env.Shift(25 * time.Hour)
 	expect(t, env, do(t, env, "GET", "/keys/old", ""), 404, "key_not_found", get)
 	r := claim(t, env, "old", `{"fingerprint":"g"}`)
-	expect(t, env, r, 201, "", update)
+	expect(t, env, r, 201, "", map[string]int{"UpdateItem": 2}) // the expired record is replaced (TestKeyFreshAfterRetention)
 	if r.Str("completedAt") != "" || r.Str("response") != "" {
 		t.Fatalf("a recycled key kept its old answer: %s", r.Raw)
 	}
+}
+
+// TestKeyFreshAfterRetention (issue 21, item 14): a key claimed anew after
+// its retention starts a fresh record: no earlier attempts, failures,
+// timestamps or lastError (the old item may outlive its TTL attribute:
+// DynamoDB deletes expired items within days). That claim costs two
+// conditional writes (the first one's refusal shows the old item
+// expired); every other claim stays one.
+func TestKeyFreshAfterRetention(t *testing.T) {
+	env := testkit.NewEnv(t)
+	for range 2 {
+		token := claim(t, env, "life", `{"fingerprint":"f"}`).Str("token")
+		if r := do(t, env, "POST", "/keys/life/release", `{"token":"`+token+`","error":"card declined"}`); r.Status != 200 {
+			t.Fatalf("release: %s", r.Raw)
+		}
+	}
+	old := do(t, env, "GET", "/keys/life", "")
+	if old.Body["attempts"] != 2.0 || old.Body["failures"] != 2.0 || old.Str("lastError") == "" {
+		t.Fatalf("before its retention: %s", old.Raw)
+	}
+	env.Counter.Take()
+	env.Shift(25 * time.Hour)
+	r := claim(t, env, "life", `{"fingerprint":"f"}`)
+	if r.Body["attempts"] != 1.0 || r.Body["failures"] != 0.0 || r.Str("lastError") != "" || r.Str("releasedAt") != "" ||
+		r.Str("createdAt") != r.Str("claimedAt") || r.Str("createdAt") == old.Str("createdAt") {
+		t.Fatalf("a key claimed anew after its retention kept its past: %s (before: %s)", r.Raw, old.Raw)
+	}
+	expect(t, env, r, 201, "", map[string]int{"UpdateItem": 2})
+	g := do(t, env, "GET", "/keys/life", "")
+	if g.Body["attempts"] != 1.0 || g.Body["failures"] != 0.0 || g.Str("lastError") != "" || g.Str("createdAt") != r.Str("createdAt") {
+		t.Fatalf("GET after the fresh claim: %s", g.Raw)
+	}
+	// Another claim now meets the live lease (one write), not another life.
+	env.Counter.Take()
+	again := claim(t, env, "life", `{"fingerprint":"f"}`)
+	expect(t, env, again, 409, "in_progress", update)
 }
 
 // TestKeyClaimRace: 200 concurrent claimers of one key, one token.

@@ -43,7 +43,7 @@ func TestLogsAndMetrics(t *testing.T) {
 		{"POST", "/actions/n1/consume", ``, "", "not_active"},
 		{"POST", "/actions/nope/consume", ``, "", "action_not_found"},
 		{"POST", "/actions", `{"userId":"u","pin":"` + pin + `","colour":"red"}`, "", "invalid_request"},
-		{"POST", "/actions", `{"actionId":"e1","userId":"u","expiresAt":"` + time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano) + `"}`, "", "created"},
+		{"POST", "/actions", `{"actionId":"e1","userId":"u","expiresAt":"` + time.Now().Add(30*time.Second).UTC().Format(time.RFC3339Nano) + `"}`, "", "created"},
 	}
 	for _, s := range steps {
 		var h []string

@@ -184,7 +184,7 @@ func TestEventsCarryTheTenant(t *testing.T) {
 			t.Fatal(r.Raw)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for len(env.Bus.Events()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -107,8 +107,21 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		call := append([]byte(RouteUserCancel+"\x00"+userID+"\x00"), r.canon...)
 		w := r.write(c.requestID)
 		w.Fingerprint = c.keys.Fingerprint(call)
+		fps := c.keys.Fingerprints(call)
+		var headers map[string]string
+		if w.Key != "" {
+			// A keyed call is recorded before it cancels anything: a call
+			// that canceled nothing leaves no action to recognise it by.
+			replayed, err := a.store.RecordCancelAll(ctx, c.tenant, w, fps, a.Now())
+			if err != nil {
+				return fail(err)
+			}
+			if replayed {
+				headers = map[string]string{HeaderReplayed: "true"}
+			}
+		}
 		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
-			Write: w, Fingerprints: c.keys.Fingerprints(call), Now: a.Now(), Clock: a.Now})
+			Write: w, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
 		if err != nil {
 			return fail(err)
 		}
@@ -116,7 +129,10 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			ids = []string{}
 		}
 		c.outcome = "canceled"
-		return respond(http.StatusOK, &CancelAllView{Canceled: len(ids), ActionIDs: ids}, nil), nil
+		if headers != nil {
+			c.outcome = "replayed"
+		}
+		return respond(http.StatusOK, &CancelAllView{Canceled: len(ids), ActionIDs: ids}, headers), nil
 	})
 }
 

@@ -261,7 +261,7 @@ func TestSupersedeEvents(t *testing.T) {
 	do(t, env, "POST", "/users/ev/actions/cancel", `{"reason":"password changed"}`)
 	want := map[string]string{"e1": "superseded", "e2": "password changed", "e3": "password changed"}
 	got := map[string]string{}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for len(got) < len(want) && time.Now().Before(deadline) {
 		for _, e := range env.Bus.Events() {
 			var d struct{ ActionID, Reason string }

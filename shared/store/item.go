@@ -35,6 +35,7 @@ const (
 	attrKeyID          = "keyId"       // key set of the PIN hash and the sealed payload
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
+	attrSupersedes     = "supersedes" // "1" on an action created with supersede
 	attrExpShard       = "expShard" // set on create (older items: only while open): the expiry index's partition key
 
 	attrCreateKey  = "createKey"
@@ -72,6 +73,7 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 		ID:             id,
 		UserID:         d.Str(attrUserID),
 		Kind:           d.Str(attrKind),
+		Supersedes:     d.Str(attrSupersedes) != "",
 		ActiveAt:       time.UnixMilli(d.Num(attrActiveAtMs)).UTC(),
 		ExpiresAt:      time.UnixMilli(d.Num(attrExpiresAtMs)).UTC(),
 		CreatedAt:      d.Time(attrCreatedAt),

@@ -115,6 +115,9 @@ func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprin
 	u := newUpdate()
 	u.set(attrUserID, s(a.UserID))
 	u.setIf(attrKind, a.Kind)
+	if a.Supersedes {
+		u.set(attrSupersedes, s("1"))
+	}
 	u.set(attrActiveAtMs, n(a.ActiveAt.UnixMilli()))
 	u.set(attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
 	u.set(attrCreatedAt, ts(a.CreatedAt))

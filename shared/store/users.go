@@ -178,7 +178,7 @@ func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start,
 
 // listed are the attributes a listing reads: everything but the sealed
 // payload and the PIN material it has no use for.
-var listed = []string{attrID, attrUserID, attrKind, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
+var listed = []string{attrID, attrUserID, attrKind, attrSupersedes, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
 	attrConsumedAt, attrConsumedReason, attrCanceledAt, attrCancelReason, attrExpiredAt, attrPINHash,
 	attrPINFailures, attrMaxPINAttempts, attrPINFailedAt, attrCancelKey, attrCancelFP, attrCancelReq}
 
@@ -260,6 +260,45 @@ type CancelAll struct {
 	Except *action.Action
 }
 
+// cancelAllRecord is the item that records a keyed cancel-all: in the
+// key-item space (no event; no /keys route can name it, key names hold no
+// '#'), by tenant and the key's digest, so a key is one cancel-all call in
+// its tenant whatever user or body it is sent with.
+func cancelAllRecord(tenantName, keyDigest string) string {
+	return KeyPrefix + "ca#" + tenantName + "#" + keyDigest
+}
+
+// RecordCancelAll records a keyed cancel-all call with one conditional
+// write, before it cancels anything: the first call with its key stores
+// the call's fingerprint; a re-send with the same fingerprint (under any
+// known key set) passes and reports replayed; another call with the key is
+// refused (idempotency_key_reused), even when the first one canceled
+// nothing. The record is kept for the store's retention.
+func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w action.Write, fingerprints []string, now time.Time) (replayed bool, err error) {
+	u := newUpdate()
+	u.set(attrCancelFP, s(w.Fingerprint))
+	u.set(attrCancelReq, s(w.RequestID))
+	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	u.value("nowS", n(now.Unix()))
+	same := make([]string, len(fingerprints))
+	for i, fp := range fingerprints {
+		same[i] = u.value("fp"+strconv.Itoa(i), s(fp))
+	}
+	cond := "attribute_not_exists({" + attrID + "}) OR {" + attrTTL + "} <= :nowS"
+	if len(same) > 0 {
+		cond += " OR {" + attrCancelFP + "} IN (" + strings.Join(same, ", ") + ")"
+	}
+	old, _, failed, err := st.write(ctx, cancelAllRecord(tenantName, w.Key), u, u.cond(cond), types.ReturnValueAllOld)
+	switch {
+	case err != nil:
+		return false, err
+	case failed:
+		return false, action.Reject(action.CodeKeyReused, nil)
+	}
+	d := dynamoitem.Decoder{Item: old}
+	return old != nil && d.Num(attrTTL) > now.Unix(), nil
+}
+
 // cancelParallel is how many cancels of one call are in flight at once.
 const cancelParallel = 8
 
@@ -310,7 +349,7 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 			canceled = append(canceled, a.ID)
 			continue
 		}
-		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !before(a, c.Except) {
+		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !supersededBy(a, c.Except) {
 			continue
 		}
 		if !a.Finished() && c.Now.Before(a.ExpiresAt) {
@@ -323,8 +362,23 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 	return canceled, err
 }
 
-// before reports whether a was created before b (ties broken by id), so of
-// two superseding creates only the later one cancels the other.
+// MaxClockSkew bounds how far the clocks of two API instances may differ.
+// Supersede trusts creation times only beyond it: among superseding creates
+// less than MaxClockSkew apart the pointer item's write order decides.
+const MaxClockSkew = time.Second
+
+// supersededBy reports whether the superseding create b cancels a by time:
+// a plain action created before it, or a superseding one created more than
+// MaxClockSkew before it (closer ones are ordered by the pointer, which
+// cancels each action it moves away from).
+func supersededBy(a, b *action.Action) bool {
+	if a.Supersedes {
+		return a.CreatedAt.Before(b.CreatedAt.Add(-MaxClockSkew))
+	}
+	return before(a, b)
+}
+
+// before reports whether a was created before b (ties broken by id).
 func before(a, b *action.Action) bool {
 	if !a.CreatedAt.Equal(b.CreatedAt) {
 		return a.CreatedAt.Before(b.CreatedAt)
@@ -385,21 +439,35 @@ func supersedePointer(a *action.Action) string {
 // conditional write, so a consume that already won keeps its win.
 //
 // The user index is eventually consistent, so two superseding creates a
-// moment apart might not see each other there. A pointer item settles it:
-// one conditional write moves it to the later of the two (by creation time,
-// then id), and returns the action it named before, which is canceled; the
-// earlier one's write fails and it cancels itself. So at most one of
-// concurrent superseding creates stays open. It returns the ids it canceled
-// (a itself among them when a newer one had already superseded it).
-func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID string, now time.Time) ([]string, error) {
+// moment apart might not see each other there, and the clocks of two
+// instances may disagree (by up to MaxClockSkew). A pointer item settles
+// it: one conditional write moves it to the newer of the two (the later
+// pointer write, unless creation times differ by more than MaxClockSkew;
+// see the condition below) and returns the action it named before, which
+// is canceled; a create whose write fails cancels itself. So at most one
+// of concurrent superseding creates stays open. replayed says a's create
+// was re-sent. It returns the ids it canceled (a itself among them when a
+// newer one had already superseded it).
+func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID string, replayed bool, now time.Time) ([]string, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	u := newUpdate()
 	u.set("latestKey", s(pk))
 	u.set("latestMs", n(a.CreatedAt.UnixMilli()))
 	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
 	u.value("k", s(pk))
-	u.value("ms", n(a.CreatedAt.UnixMilli()))
-	cond := u.cond("attribute_not_exists({latestKey}) OR {latestMs} < :ms OR ({latestMs} = :ms AND {latestKey} < :k) OR {latestKey} = :k")
+	// The clocks of two instances may differ by up to MaxClockSkew, so
+	// creation times decide only beyond it. A first create takes the
+	// pointer unless its holder was created more than that after it: the
+	// order of pointer writes is the real order of the two calls, as far as
+	// one had ended before the other began. A re-sent create takes it back
+	// only from a holder created more than that before it: a holder closer
+	// in time may be a newer create that superseded it.
+	floor := a.CreatedAt.Add(MaxClockSkew)
+	if replayed {
+		floor = a.CreatedAt.Add(-MaxClockSkew)
+	}
+	u.value("floor", n(floor.UnixMilli()))
+	cond := u.cond("attribute_not_exists({latestKey}) OR {latestKey} = :k OR {latestMs} < :floor")
 	prev, _, failed, err := st.write(ctx, supersedePointer(a), u, cond, types.ReturnValueAllOld)
 	write := action.Write{RequestID: requestID}
 	cancel := func(id string) ([]string, error) {

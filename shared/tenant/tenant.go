@@ -47,15 +47,41 @@ func Parse(text string) (*Map, error) {
 		if len(patterns) == 0 {
 			return nil, fmt.Errorf("tenant: %q has no principal patterns", name)
 		}
-		for _, p := range patterns {
+		for i, p := range patterns {
 			if p == "" {
 				return nil, fmt.Errorf("tenant: %q has an empty principal pattern", name)
 			}
+			norm, err := rolePattern(p)
+			if err != nil {
+				return nil, fmt.Errorf("tenant: %q: %w", name, err)
+			}
+			patterns[i] = norm
 		}
 		m.tenants = append(m.tenants, name)
 	}
 	sort.Strings(m.tenants)
 	return m, nil
+}
+
+// rolePattern checks a principal pattern against what a caller's identity
+// can prove. An assumed-role ARN ends in a session name the caller chooses,
+// so a pattern naming one is refused (name the role instead). An
+// assumed-role ARN carries no IAM path, so a role pattern with a path is
+// matched by the role's account and name (unique in an account): the path
+// is dropped, and a pattern with `*` after "role/" and a path is refused,
+// as the path could not be checked.
+func rolePattern(p string) (string, error) {
+	if strings.Contains(p, ":assumed-role/") {
+		return "", fmt.Errorf("pattern %q names an assumed-role session, whose name the caller chooses: use the role's ARN (arn:aws:iam::ACCOUNT:role/NAME) or its name", p)
+	}
+	head, res, ok := strings.Cut(p, ":role/")
+	if !ok || !strings.HasPrefix(p, "arn:") || !strings.Contains(res, "/") {
+		return p, nil
+	}
+	if strings.Contains(res, "*") {
+		return "", fmt.Errorf("pattern %q globs a role under an IAM path, which an assumed role's ARN does not carry: name the role exactly, or glob without the path", p)
+	}
+	return head + ":role/" + res[strings.LastIndexByte(res, '/')+1:], nil
 }
 
 // ValidateName checks a tenant name: 1 to 64 characters of [A-Za-z0-9._-].
@@ -127,9 +153,10 @@ func match(p, s string) bool {
 	return strings.HasSuffix(s, parts[len(parts)-1])
 }
 
-// IAMPrincipals are the names an IAM caller is matched by: its ARN and, for
+// IAMPrincipals are the names an IAM caller is matched by: its ARN or, for
 // an assumed role (arn:aws:sts::ACCOUNT:assumed-role/NAME/SESSION), the
-// role's ARN (arn:aws:iam::ACCOUNT:role/NAME) and its name.
+// role's ARN (arn:aws:iam::ACCOUNT:role/NAME) and its name, never the
+// assumed-role ARN: its session name is the caller's choice.
 func IAMPrincipals(arn string) []string {
 	out := []string{arn}
 	rest, ok := strings.CutPrefix(arn, "arn:")
@@ -145,7 +172,7 @@ func IAMPrincipals(arn string) []string {
 		return out
 	}
 	name, _, _ := strings.Cut(role, "/")
-	return append(out, "arn:"+f[0]+":iam::"+f[3]+":role/"+name, name)
+	return []string{"arn:" + f[0] + ":iam::" + f[3] + ":role/" + name, name}
 }
 
 // ItemKey is the partition key of a tenant's action: the id itself for

@@ -45,7 +45,7 @@ func TestParseRejects(t *testing.T) {
 
 func TestIAMPrincipals(t *testing.T) {
 	got := IAMPrincipals("arn:aws:sts::111122223333:assumed-role/coupon-writer/session-1")
-	want := []string{"arn:aws:sts::111122223333:assumed-role/coupon-writer/session-1", "arn:aws:iam::111122223333:role/coupon-writer", "coupon-writer"}
+	want := []string{"arn:aws:iam::111122223333:role/coupon-writer", "coupon-writer"} // never the session
 	if !slices.Equal(got, want) {
 		t.Fatalf("%q", got)
 	}
@@ -60,6 +60,46 @@ func TestItemKeys(t *testing.T) {
 		tn, id := SplitItemKey(pk)
 		if pk != tc.pk || tn != tc.tenant || id != tc.id {
 			t.Errorf("%+v: %s %s %s", tc, pk, tn, id)
+		}
+	}
+}
+
+// TestSessionNameChoosesNoTenant (issue 21, item 17): the session name of
+// an assumed role is the caller's choice, so no pattern is matched against
+// it: "*-star" names roles ending in -star, not sessions; a pattern naming
+// an assumed-role session is refused. A role pattern with an IAM path
+// matches that role (the assumed-role ARN carries no path; role names are
+// unique in an account), and a glob under a path, which cannot be checked,
+// is refused.
+func TestSessionNameChoosesNoTenant(t *testing.T) {
+	m, err := Parse(`{"star":["*-star"],"coupons":["arn:aws:iam::111122223333:role/team/payments/coupon-svc"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		arn, want string
+		ok        bool
+	}{
+		{"arn:aws:sts::111122223333:assumed-role/nobody/pick-star", "", false},        // session chosen to match
+		{"arn:aws:sts::111122223333:assumed-role/build-star/s1", "star", true},        // the role's name matches
+		{"arn:aws:sts::111122223333:assumed-role/coupon-svc/s1", "coupons", true},     // the role under its path
+		{"arn:aws:sts::999999999999:assumed-role/coupon-svc/s1", "", false},           // another account's role
+		{"arn:aws:iam::111122223333:user/team/payments/coupon-svc", "", false},        // a user is not the role
+		{"arn:aws:sts::111122223333:assumed-role/coupon-svc-x/coupon-svc", "", false}, // nor a session named like it
+	} {
+		got, ok := m.Resolve(IAMPrincipals(tc.arn)...)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %q %v, want %q %v", tc.arn, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, bad := range []string{
+		`{"a":["arn:aws:sts::111122223333:assumed-role/r/s"]}`,
+		`{"a":["arn:aws:sts::111122223333:assumed-role/r/*"]}`,
+		`{"a":["arn:aws:iam::111122223333:role/team/*"]}`,
+		`{"a":["arn:aws:iam::111122223333:role/te*/svc"]}`,
+	} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("accepted %s", bad)
 		}
 	}
 }
