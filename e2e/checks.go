@@ -196,6 +196,18 @@ func (s *suite) event(detailType, actionID string) (map[string]any, int) {
 	return found, n
 }
 
+// useEvents counts the bus events of a type for one use of an action.
+func (s *suite) useEvents(detailType, actionID, useID string) int {
+	n := 0
+	for _, ev := range s.d.Bus.Events() {
+		var detail map[string]any
+		if ev.DetailType == detailType && json.Unmarshal(ev.Detail, &detail) == nil && detail["actionId"] == actionID && detail["useId"] == useID {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *suite) waitEvent(detailType, actionID string) error {
 	return s.eventually(eventWait, func() error {
 		if ev, _ := s.event(detailType, actionID); ev == nil {
@@ -430,6 +442,116 @@ func (s *suite) runAll() {
 		return expect(s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f2"}, "Idempotency-Key", s.id("retry")), 201, "")
 	})
 
+	// --- multi-use actions: takes by useId, releases, the uses listing.
+	seats, coupon := s.id("seats"), s.id("coupon")
+	s.check("multi-use: create with maxUses and releasable answers the counts", func() error {
+		r := s.call(a, "POST", "/actions", map[string]any{"actionId": seats, "userId": "u8", "kind": "licence", "maxUses": 2, "releasable": true, "payload": map[string]any{"key": "LIC-E2E"}})
+		if err := expect(r, 201, ""); err != nil {
+			return err
+		}
+		if r.body["maxUses"] != 2.0 || r.body["releasable"] != true || r.body["usesHeld"] != 0.0 || r.body["usesRemaining"] != 2.0 {
+			return fmt.Errorf("created: %s", truncate(r.raw))
+		}
+		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": coupon, "userId": "u8", "maxUses": 2}), 201, "")
+	})
+	var laptopAt string
+	s.check("multi-use: takes by useId, a repeat answers its first 200, then 409 no_uses_left", func() error {
+		p := "/actions/" + seats + "/consume"
+		if err := expect(s.call(a, "POST", p, map[string]any{}), 400, "invalid_request"); err != nil {
+			return fmt.Errorf("consume without useId: %w", err)
+		}
+		r := s.call(a, "POST", p, map[string]any{"useId": "laptop"})
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		laptopAt = r.str("usedAt")
+		if r.str("useId") != "laptop" || laptopAt == "" || r.body["usesHeld"] != 1.0 || !strings.Contains(r.raw, "LIC-E2E") {
+			return fmt.Errorf("first take: %s", truncate(r.raw))
+		}
+		if r := s.call(a, "POST", p, map[string]any{"useId": "phone"}); r.status != 200 || r.body["usesHeld"] != 2.0 || r.body["usesRemaining"] != 0.0 {
+			return fmt.Errorf("second take: %d %s", r.status, truncate(r.raw))
+		}
+		if r := s.call(a, "POST", p, map[string]any{"useId": "laptop"}); r.status != 200 || r.str("usedAt") != laptopAt || r.body["usesHeld"] != 1.0 {
+			return fmt.Errorf("repeated take is not its first answer (usedAt %s, usesHeld 1): %d %s", laptopAt, r.status, truncate(r.raw))
+		}
+		r = s.call(a, "POST", p, map[string]any{"useId": "desktop"})
+		if err := expect(r, 409, "no_uses_left"); err != nil {
+			return err
+		}
+		if r.body["maxUses"] != 2.0 {
+			return fmt.Errorf("no_uses_left without maxUses 2: %s", truncate(r.raw))
+		}
+		return nil
+	})
+	s.check("multi-use: release 200, a repeat the same; the freed use is taken", func() error {
+		p := "/actions/" + seats + "/uses/phone/release"
+		r1 := s.call(a, "POST", p, nil)
+		if err := expect(r1, 200, ""); err != nil {
+			return err
+		}
+		if r1.str("useId") != "phone" || r1.str("releasedAt") == "" {
+			return fmt.Errorf("release: %s", truncate(r1.raw))
+		}
+		if r2 := s.call(a, "POST", p, nil); r2.status != 200 || r2.str("releasedAt") != r1.str("releasedAt") {
+			return fmt.Errorf("repeated release %d %s, first %s", r2.status, truncate(r2.raw), r1.raw)
+		}
+		r := s.call(a, "POST", "/actions/"+seats+"/consume", map[string]any{"useId": "desktop"})
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if r.body["usesHeld"] != 2.0 {
+			return fmt.Errorf("take after the release: %s", truncate(r.raw))
+		}
+		return nil
+	})
+	s.check("multi-use: release of a useId holding no use 404 use_not_found, of a non-releasable action 409 not_releasable", func() error {
+		if err := expect(s.call(a, "POST", "/actions/"+seats+"/uses/nobody/release", nil), 404, "use_not_found"); err != nil {
+			return err
+		}
+		if err := expect(s.call(a, "POST", "/actions/"+coupon+"/consume", map[string]any{"useId": "cust1"}), 200, ""); err != nil {
+			return err
+		}
+		return expect(s.call(a, "POST", "/actions/"+coupon+"/uses/cust1/release", nil), 409, "not_releasable")
+	})
+	s.check("GET /actions/{actionId}/uses lists the held uses, 404 for an unknown action", func() error {
+		r := s.call(a, "GET", "/actions/"+seats+"/uses", nil)
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		var got []string
+		uses, _ := r.body["uses"].([]any)
+		for _, u := range uses {
+			m, _ := u.(map[string]any)
+			id, _ := m["useId"].(string)
+			got = append(got, id)
+			if id == "laptop" && m["usedAt"] != laptopAt {
+				return fmt.Errorf("laptop's usedAt %v, want %s", m["usedAt"], laptopAt)
+			}
+		}
+		if strings.Join(got, ",") != "desktop,laptop" || strings.Contains(r.raw, "LIC-E2E") {
+			return fmt.Errorf("uses %v, want desktop,laptop (useId order, the released phone gone, no payload): %s", got, truncate(r.raw))
+		}
+		return expect(s.call(a, "GET", "/actions/"+s.id("nope")+"/uses", nil), 404, "action_not_found")
+	})
+	if s.tenants {
+		s.check("multi-use: another tenant's take, release and listing are 404", func() error {
+			g := &globex
+			if err := expect(s.call(g, "POST", "/actions/"+seats+"/consume", map[string]any{"useId": "intruder"}), 404, "action_not_found"); err != nil {
+				return fmt.Errorf("consume: %w", err)
+			}
+			if err := expect(s.call(g, "POST", "/actions/"+seats+"/uses/laptop/release", nil), 404, "action_not_found"); err != nil {
+				return fmt.Errorf("release: %w", err)
+			}
+			if err := expect(s.call(g, "GET", "/actions/"+seats+"/uses", nil), 404, "action_not_found"); err != nil {
+				return fmt.Errorf("listing: %w", err)
+			}
+			if r := s.call(a, "GET", "/actions/"+seats, nil); r.body["usesHeld"] != 2.0 {
+				return fmt.Errorf("after the other tenant's calls: %s", truncate(r.raw))
+			}
+			return nil
+		})
+	}
+
 	// --- expiry: the sweeper's schedule marks a due action expired.
 	var sweep *template.Rule
 	for i, rl := range s.d.Stack.Rules {
@@ -476,6 +598,30 @@ func (s *suite) runAll() {
 			if ev, _ := s.event("action.consumed", s.id("a1")); ev["tenant"] != "acme" {
 				return fmt.Errorf("consumed event's tenant %v, want acme", ev["tenant"])
 			}
+		}
+		return nil
+	})
+	s.check("events: action.used per take, action.use_released per release, never action.consumed", func() error {
+		for _, c := range []struct{ typ, use string }{
+			{"action.used", "laptop"}, {"action.used", "phone"}, {"action.used", "desktop"}, {"action.use_released", "phone"},
+		} {
+			if err := s.eventually(eventWait, func() error {
+				if s.useEvents(c.typ, seats, c.use) == 0 {
+					return fmt.Errorf("no %s event for %s use %s on the bus within %s", c.typ, seats, c.use, eventWait)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		if n := s.useEvents("action.used", seats, "laptop"); n != 1 {
+			return fmt.Errorf("%d action.used events for laptop (taken once, asked twice), want 1", n)
+		}
+		if ev, _ := s.event("action.used", seats); strings.Contains(fmt.Sprint(ev), "LIC-E2E") {
+			return fmt.Errorf("an action.used event carries the payload: %v", ev)
+		}
+		if _, n := s.event("action.consumed", seats); n != 0 {
+			return fmt.Errorf("a multi-use action published action.consumed")
 		}
 		return nil
 	})
