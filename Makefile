@@ -77,12 +77,12 @@ $(E2E_JWT_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 	  -c exactonce:jwtIssuer=https://issuer.e2e.example -c exactonce:jwtAudience=exactonce-e2e -o $(E2E_JWT_OUT)
 	@touch $@
 
-e2e: $(TOOLS) ## run the end-to-end suite on the synthesized template with IAM enforced (TEMPLATE=path: another template), then the six template mutations it must catch
+e2e: $(TOOLS) ## run the six template mutations the end-to-end suite must catch, then the suite on the synthesized templates with IAM enforced (TEMPLATE=path: another template); the last line is the summary
 ifeq ($(TEMPLATE),)
 	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
-	go run ./e2e -template $(E2E_TEMPLATE)
-	go run ./e2e -template $(E2E_JWT_TEMPLATE)
 	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -v -run '^TestMutations$$' ./e2e
+	go run ./e2e -template $(E2E_JWT_TEMPLATE)
+	go run ./e2e -template $(E2E_TEMPLATE)
 else
 	go run ./e2e -template $(TEMPLATE)
 endif
