@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactonce/exactonce/shared/idemkey"
 )
@@ -224,8 +225,15 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		}
 	}()
 	resp, fnErr := fn(withInfo(ctx, Info{Key: c.Key, LeaseExpiresAt: k.LeaseExpiresAt}))
-	if fnErr == nil && len(resp) > maxResponse(p) {
+	switch {
+	case fnErr != nil:
+	case len(resp) > maxResponse(p):
 		fnErr = fmt.Errorf("%w (%d bytes, at most %d)", ErrResponseTooLarge, len(resp), maxResponse(p))
+	case !utf8.Valid(resp):
+		// A stored response is a string: bytes that are not UTF-8 would
+		// come back as other bytes (or, grown by replacement characters,
+		// not fit the item at all), so such a response is not stored.
+		fnErr = fmt.Errorf("%w: the response is not valid UTF-8", ErrResponseNotStored)
 	}
 	if errors.Is(fnErr, ErrResponseNotStored) {
 		return hold(wctx, p, c, k, fnErr)
