@@ -451,3 +451,24 @@ func TestMultiUseCreateReplay(t *testing.T) {
 		t.Fatalf("keyed create retry after a use:\n%s\nfirst:\n%s", again.Raw, first.Raw)
 	}
 }
+
+// TestUserListShowsUseCounts (review finding): the user listing showed a
+// multi-use action without maxUses, releasable or usesHeld, as if single use,
+// while GET showed them: the listing's projection lacked those attributes.
+func TestUserListShowsUseCounts(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"lu","userId":"lu-user","maxUses":3,"releasable":true}`)
+	do(t, env, "POST", "/actions/lu/consume", `{"useId":"a"}`)
+	g := do(t, env, "GET", "/actions/lu", "")
+	l := do(t, env, "GET", "/users/lu-user/actions", "")
+	items, _ := l.Body["actions"].([]any)
+	if len(items) != 1 {
+		t.Fatalf("list: %s", l.Raw)
+	}
+	it := items[0].(map[string]any)
+	for _, f := range []string{"maxUses", "releasable", "usesHeld", "usesRemaining"} {
+		if g.Body[f] == nil || it[f] != g.Body[f] {
+			t.Errorf("listed %s=%v, GET says %v; listed %s", f, it[f], g.Body[f], l.Raw)
+		}
+	}
+}

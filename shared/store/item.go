@@ -36,7 +36,7 @@ const (
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
 	attrSupersedes     = "supersedes" // "1" on an action created with supersede
-	attrExpShard       = "expShard" // set on create (older items: only while open): the expiry index's partition key
+	attrExpShard       = "expShard"   // set on create (older items: only while open): the expiry index's partition key
 
 	attrCreateKey  = "createKey"
 	attrCreateFP   = "createFingerprint"

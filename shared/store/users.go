@@ -180,7 +180,8 @@ func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start,
 // payload and the PIN material it has no use for.
 var listed = []string{attrID, attrUserID, attrKind, attrSupersedes, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
 	attrConsumedAt, attrConsumedReason, attrCanceledAt, attrCancelReason, attrExpiredAt, attrPINHash,
-	attrPINFailures, attrMaxPINAttempts, attrPINFailedAt, attrCancelKey, attrCancelFP, attrCancelReq}
+	attrPINFailures, attrMaxPINAttempts, attrPINFailedAt, attrCancelKey, attrCancelFP, attrCancelReq,
+	attrMaxUses, attrReleasable, attrUsesHeld}
 
 // batchGet reads the items of refs with strongly consistent reads, 100 per
 // BatchGetItem, in refs' order (nil where an item is gone).
