@@ -37,6 +37,16 @@ type Use struct {
 	Release    Write // the release's key digest and fingerprint, as Write
 }
 
+// KeyedRelease is what a keyed release freed, kept under its key's digest:
+// the useId, the use's take time, the release time and the release's
+// fingerprint (digests only, never the key).
+type KeyedRelease struct {
+	UseID       string
+	At          time.Time
+	ReleasedAt  time.Time
+	Fingerprint string
+}
+
 // Held reports whether the use is held (not released).
 func (u Use) Held() bool { return u.ReleasedAt.IsZero() }
 
@@ -161,14 +171,34 @@ func ClassifyUse(old *Action, at Attempt) error {
 }
 
 // ClassifyRelease explains why a release's conditional write failed.
-// Precedence: not found, not releasable, use not found, already released (a
-// *Replay: answered with the first release), canceled, expired.
+// Precedence: not found, not releasable, this Idempotency-Key's release (a
+// *Replay of it, even after the useId took a use again; another body or
+// useId reuses the key), use not found, already released (a *Replay:
+// answered with the first release), canceled, expired.
 func ClassifyRelease(old *Action, at Attempt) error {
 	if old == nil {
 		return Reject(CodeNotFound, nil)
 	}
 	if !old.Releasable {
 		return Reject(CodeNotReleasable, old)
+	}
+	if r, ok := old.RelKeys[at.Key]; ok && at.Key != "" {
+		w := Write{Key: at.Key, Fingerprint: r.Fingerprint}
+		switch replay, _, err := idempotency(w, at); {
+		case err != nil:
+			return err
+		case replay && r.UseID == at.UseID:
+			// Answered as that release was: its use and times, whatever
+			// the useId did since.
+			c := *old
+			c.Uses = make(map[string]Use, len(old.Uses))
+			for id, u := range old.Uses {
+				c.Uses[id] = u
+			}
+			c.Uses[r.UseID] = Use{At: r.At, ReleasedAt: r.ReleasedAt, Release: w}
+			return &Replay{Action: &c}
+		}
+		return Reject(CodeKeyReused, old)
 	}
 	u, ok := old.Uses[at.UseID]
 	if !ok {

@@ -27,6 +27,8 @@ const (
 	attrUse        = "use:"    // + useId: the useId's latest use (a map of the fields below)
 	attrUseN       = "useN:"   // + useId: uses held right after it was taken (one update cannot set a map and a path in it)
 	attrUseKey     = "useKey:" // + keyed digest of a take's Idempotency-Key: the useId it took
+	attrRelKey     = "relKey:" // + keyed digest of a release's Idempotency-Key: the release it made (a map of the fields below)
+	attrRelAt      = "relAt:"  // + the same digest: the released use's take time, copied from it by the release's write
 
 	// Fields of one use.
 	useAt         = "at"
@@ -36,6 +38,11 @@ const (
 	useReleasedAt = "rel"
 	useRelKey     = "rk"
 	useRelFP      = "rf"
+
+	// Fields of a keyed release (relKey:).
+	relUseID = "u"
+	relRel   = "rel"
+	relFP    = "f"
 )
 
 // setUses adds a multi-use action's fields to its create.
@@ -61,10 +68,24 @@ func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 		d.Fail(attrReleasable)
 	}
 	a.UsesHeld = int(d.Num(attrUsesHeld))
-	a.Uses, a.UseKeys = map[string]action.Use{}, map[string]string{}
+	a.Uses, a.UseKeys, a.RelKeys = map[string]action.Use{}, map[string]string{}, map[string]action.KeyedRelease{}
 	for name, v := range d.Item {
 		if k, ok := strings.CutPrefix(name, attrUseKey); ok {
 			a.UseKeys[k] = d.Str(name)
+			continue
+		}
+		if k, ok := strings.CutPrefix(name, attrRelKey); ok {
+			m, ok := v.(*types.AttributeValueMemberM)
+			if !ok {
+				d.Fail(name)
+				continue
+			}
+			f := dynamoitem.Decoder{Item: m.Value}
+			r := action.KeyedRelease{UseID: f.Str(relUseID), At: d.Time(attrRelAt + k), ReleasedAt: f.Time(relRel), Fingerprint: f.Str(relFP)}
+			if f.Err != nil || r.UseID == "" || r.At.IsZero() || r.ReleasedAt.IsZero() {
+				d.Fail(name)
+			}
+			a.RelKeys[k] = r
 			continue
 		}
 		id, ok := strings.CutPrefix(name, attrUse)
@@ -175,8 +196,11 @@ type Release struct {
 }
 
 // Release frees r.UseID's use with ONE conditional write (the action is
-// open and releasable, the use is held). Releasing it again answers with the
-// first release (*action.Replay); other refusals are action.ClassifyRelease's.
+// open and releasable, the use is held and, for a keyed call, the key made
+// no release before: relKey:<digest> records the release, so a re-send
+// after the useId took a use again replays instead of freeing that use).
+// Releasing it again answers with the first release (*action.Replay); other
+// refusals are action.ClassifyRelease's.
 func (st *Store) Release(ctx context.Context, id string, r Release) (*action.Action, error) {
 	pk := tenant.ItemKey(r.Tenant, id)
 	now := action.Millis(r.Now)
@@ -185,13 +209,20 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*action.Act
 	held := u.name(attrUsesHeld)
 	u.sets = append(u.sets, use+"."+u.name(useReleasedAt)+" = "+u.value("rel", ts(now)),
 		held+" = "+held+" - "+u.value("one", n(1)))
-	if r.Write.Key != "" {
-		u.sets = append(u.sets, use+"."+u.name(useRelKey)+" = "+u.value("rk", s(r.Write.Key)),
-			use+"."+u.name(useRelFP)+" = "+u.value("rf", s(r.Write.Fingerprint)))
-	}
 	u.value("nowMs", n(now.UnixMilli()))
 	cond := condOpen + " AND attribute_exists({" + attrReleasable + "})" +
 		" AND attribute_exists(" + use + "." + u.name(useAt) + ") AND attribute_not_exists(" + use + "." + u.name(useReleasedAt) + ")"
+	if r.Write.Key != "" {
+		u.sets = append(u.sets, use+"."+u.name(useRelKey)+" = "+u.value("rk", s(r.Write.Key)),
+			use+"."+u.name(useRelFP)+" = "+u.value("rf", s(r.Write.Fingerprint)))
+		// The release's record under its key; the use's take time is copied
+		// from the item by the same write (a SET reads the old item).
+		k := u.name(attrRelKey + r.Write.Key)
+		u.sets = append(u.sets, k+" = "+u.value("relRec", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			relUseID: s(r.UseID), relRel: ts(now), relFP: s(r.Write.Fingerprint),
+		}}), u.name(attrRelAt+r.Write.Key)+" = "+use+"."+u.name(useAt))
+		cond += " AND attribute_not_exists(" + k + ")"
+	}
 	written, old, err := st.update(ctx, pk, u, u.cond(cond), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,40 @@
+package httpapi_test
+
+import (
+	"testing"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+)
+
+// TestKeyedReleaseKeyFencesReplayAndReuse: a keyed release's re-send after
+// the useId took a use again replays the first release (same releasedAt);
+// the same key on another useId is 422 idempotency_key_reused.
+func TestKeyedReleaseKeyFencesReplayAndReuse(t *testing.T) {
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"rf","userId":"u","maxUses":3,"releasable":true}`)
+	do(t, env, "POST", "/actions/rf/consume", `{"useId":"a"}`)
+	do(t, env, "POST", "/actions/rf/consume", `{"useId":"b"}`)
+	first := do(t, env, "POST", "/actions/rf/uses/a/release", ``, "Idempotency-Key", "k1")
+	if first.Status != 200 || first.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("release: %d %s", first.Status, first.Raw)
+	}
+	if r := do(t, env, "POST", "/actions/rf/consume", `{"useId":"a"}`); r.Status != 200 {
+		t.Fatalf("take again: %d %s", r.Status, r.Raw)
+	}
+	again := do(t, env, "POST", "/actions/rf/uses/a/release", ``, "Idempotency-Key", "k1")
+	if again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" ||
+		again.Body["releasedAt"] != first.Body["releasedAt"] || again.Body["usedAt"] != first.Body["usedAt"] {
+		t.Fatalf("re-send: %d %s; first %s", again.Status, again.Raw, first.Raw)
+	}
+	other := do(t, env, "POST", "/actions/rf/uses/b/release", ``, "Idempotency-Key", "k1")
+	if other.Status != 422 || other.Body["error"] != "idempotency_key_reused" {
+		t.Fatalf("key on another use: %d %s", other.Status, other.Raw)
+	}
+	if g := do(t, env, "GET", "/actions/rf", ""); g.Body["usesHeld"] != 2.0 {
+		t.Fatalf("usesHeld: %s", g.Raw)
+	}
+	// Unkeyed releases are unchanged: the later use is freed.
+	if r := do(t, env, "POST", "/actions/rf/uses/a/release", ``); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("unkeyed release: %d %s", r.Status, r.Raw)
+	}
+}
