@@ -29,6 +29,8 @@ func usesExchanges() []exchange {
 		{method: "GET", path: "/actions/m1/uses?limit=0", badRequest: true},
 		{method: "POST", path: "/actions/m1/uses/d1/release", headers: []string{"Idempotency-Key", "r1"}},
 		{method: "POST", path: "/actions/m1/uses/d1/release", headers: []string{"Idempotency-Key", "r1"}},
+		// the release's key on another use: 422 idempotency_key_reused
+		{method: "POST", path: "/actions/m1/uses/d2/release", headers: []string{"Idempotency-Key", "r1"}},
 		{method: "POST", path: "/actions/m1/uses/d1/release", body: `{"why":1}`, badRequest: true},
 		{method: "POST", path: "/actions/m1/uses/d1/release", body: `{"` + strings.Repeat("x", 70<<10) + `":1}`, badRequest: true},
 		{method: "POST", path: "/actions/m1/uses/nobody/release"},
