@@ -17,7 +17,7 @@ import (
 func TestLogsAndMetrics(t *testing.T) {
 	env := testkit.NewEnv(t)
 	const (
-		pin        = "86420"
+		pin        = "pin-Qz8-marker" // a digit-only PIN could occur by chance in a latency or a time
 		payload    = "pl-s3cr3t-value"
 		key        = "idem-key-secret-123"
 		reasonBody = "reason-body-marker"

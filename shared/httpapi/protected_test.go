@@ -18,13 +18,13 @@ var twoUpdates = map[string]int{"UpdateItem": 2}
 
 func TestPIN(t *testing.T) {
 	env := testkit.NewEnv(t)
-	r := create(t, env, `{"actionId":"p","userId":"u","pin":"2468","maxPinAttempts":3}`)
-	if r.Body["pinProtected"] != true || r.Body["pinAttemptsRemaining"] != 3.0 || strings.Contains(r.Raw, "2468") {
+	r := create(t, env, `{"actionId":"p","userId":"u","pin":"PIN-2468-right","maxPinAttempts":3}`)
+	if r.Body["pinProtected"] != true || r.Body["pinAttemptsRemaining"] != 3.0 || strings.Contains(r.Raw, "PIN-2468-right") {
 		t.Fatalf("create: %s", r.Raw)
 	}
 	// A wrong PIN: its guess is reserved (counted) by one write, then
 	// compared: nothing more to write.
-	w := do(t, env, "POST", "/actions/p/consume", `{"pin":"0000"}`)
+	w := do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-0000-wrong"}`)
 	expect(t, env, w, 403, "invalid_pin", update)
 	if w.Body["attemptsRemaining"] != 2.0 {
 		t.Fatalf("wrong pin: %s", w.Raw)
@@ -42,21 +42,21 @@ func TestPIN(t *testing.T) {
 	}
 	env.Counter.Take()
 	// The right PIN: reserve a guess, compare, consume (giving the guess back).
-	ok := do(t, env, "POST", "/actions/p/consume", `{"pin":"2468"}`)
+	ok := do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-2468-right"}`)
 	expect(t, env, ok, 200, "", twoUpdates)
 	if ok.Body["pinAttemptsRemaining"] != 2.0 {
 		t.Fatalf("right pin: %s", ok.Raw)
 	}
-	expect(t, env, do(t, env, "POST", "/actions/p/consume", `{"pin":"2468"}`), 409, "already_used", update)
+	expect(t, env, do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-2468-right"}`), 409, "already_used", update)
 	expect(t, env, do(t, env, "POST", "/actions/p/consume", `{"pin":"1111"}`), 409, "already_used", update)
 
 	raw := rawItem(t, env, "p")
 	for k, v := range raw {
-		if strings.Contains(fmt.Sprint(v), "2468") {
+		if strings.Contains(fmt.Sprint(v), "PIN-2468-right") {
 			t.Fatalf("attribute %s holds the PIN", k)
 		}
 	}
-	if strings.Contains(env.Log.String(), "2468") || strings.Contains(env.Log.String(), "0000") {
+	if strings.Contains(env.Log.String(), "PIN-2468-right") || strings.Contains(env.Log.String(), "PIN-0000-wrong") {
 		t.Fatal("a PIN reached the logs")
 	}
 }

@@ -466,7 +466,12 @@ func key(id string) map[string]types.AttributeValue {
 // ErrUnavailable (retryable); anything else is a bug on our side.
 func classifyErr(err error) error {
 	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorFault() != smithy.FaultServer && !throttling(apiErr.ErrorCode()) {
+	// An HTTP 5xx is the service's fault whatever its code says: DynamoDB's
+	// 503 ServiceUnavailableException is not in its model, so the SDK
+	// reports it as a generic error of unknown fault.
+	var resp interface{ HTTPStatusCode() int }
+	serverFault := errors.As(err, &resp) && resp.HTTPStatusCode() >= 500
+	if errors.As(err, &apiErr) && apiErr.ErrorFault() != smithy.FaultServer && !serverFault && !throttling(apiErr.ErrorCode()) {
 		return fmt.Errorf("store: dynamodb rejected the request: %w", err)
 	}
 	if errors.Is(err, context.Canceled) {

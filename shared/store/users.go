@@ -468,6 +468,13 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID stri
 		floor = a.CreatedAt.Add(-MaxClockSkew)
 	}
 	u.value("floor", n(floor.UnixMilli()))
+	if !replayed {
+		// The pointer remembers whom a replaced (the holder before this
+		// write; operands read the item as it was), so a re-sent create
+		// whose first attempt moved the pointer but failed to cancel that
+		// action can still cancel it: its own re-send leaves prevKey alone.
+		u.sets = append(u.sets, u.name("prevKey")+" = if_not_exists("+u.name("latestKey")+", :k)")
+	}
 	cond := u.cond("attribute_not_exists({latestKey}) OR {latestKey} = :k OR {latestMs} < :floor")
 	prev, _, failed, err := st.write(ctx, supersedePointer(a), u, cond, types.ReturnValueAllOld)
 	write := action.Write{RequestID: requestID}
@@ -481,8 +488,14 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID stri
 		return cancel(a.ID)
 	}
 	var canceled []string
-	if prev, ok := prev["latestKey"].(*types.AttributeValueMemberS); ok && prev.Value != pk {
-		_, id := tenant.SplitItemKey(prev.Value)
+	replaced, _ := prev["latestKey"].(*types.AttributeValueMemberS)
+	if replaced != nil && replaced.Value == pk {
+		// a's own earlier write moved the pointer (a re-send): the action
+		// it replaced then is canceled now, if that cancel was cut short.
+		replaced, _ = prev["prevKey"].(*types.AttributeValueMemberS)
+	}
+	if replaced != nil && replaced.Value != pk {
+		_, id := tenant.SplitItemKey(replaced.Value)
 		if canceled, err = cancel(id); err != nil {
 			return canceled, err
 		}
