@@ -135,9 +135,9 @@ func TestLargestKeyItemFits(t *testing.T) {
 		edit  func(*idemkey.Claim)
 	}{
 		{"fingerprint", func(c *idemkey.Claim) { c.Fingerprint = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claim key", func(c *idemkey.Claim) { c.Write.Key = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claim fingerprint", func(c *idemkey.Claim) { c.Write.Fingerprint = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claim request id", func(c *idemkey.Claim) { c.Write.RequestID = wide(idemkey.MaxFingerprintLen + 1) }},
+		{"claimKey", func(c *idemkey.Claim) { c.Write.Key = wide(idemkey.MaxFingerprintLen + 1) }},
+		{"claimFingerprint", func(c *idemkey.Claim) { c.Write.Fingerprint = wide(idemkey.MaxFingerprintLen + 1) }},
+		{"claimRequestId", func(c *idemkey.Claim) { c.Write.RequestID = wide(idemkey.MaxFingerprintLen + 1) }},
 	} {
 		over := claim
 		over.Token = idemkey.NewToken()
