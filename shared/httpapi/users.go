@@ -17,6 +17,12 @@ const (
 	RouteUserCancel = "POST /users/{userId}/actions/cancel"
 )
 
+// cancelAllKeyScope starts what a cancel-all's Idempotency-Key is digested
+// with for the cancel it writes on each action: a key names one call, and a
+// cancel of one action with the same key is another. A key sent is
+// printable ASCII, so no key a cancel sends digests the same.
+const cancelAllKeyScope = RouteUserCancel + "\x00"
+
 // DefaultListLimit is a page's size when the caller does not say.
 const DefaultListLimit = 20
 
@@ -109,6 +115,7 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		w.Fingerprint = c.keys.Fingerprint(call)
 		fps := c.keys.Fingerprints(call)
 		var headers map[string]string
+		var bareKey string
 		if w.Key != "" {
 			// A keyed call is recorded before it cancels anything: a call
 			// that canceled nothing leaves no action to recognise it by.
@@ -119,9 +126,13 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			if replayed {
 				headers = map[string]string{HeaderReplayed: "true"}
 			}
+			// On the actions it cancels, the key is the cancel-all's own
+			// (scoped to this operation), so the same key sent to a cancel
+			// of one of them is another call, and the reverse.
+			bareKey, w.Key = w.Key, c.keys.KeyDigest(cancelAllKeyScope+r.rawKey)
 		}
 		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
-			Write: w, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
+			Write: w, BareKey: bareKey, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
 		if err != nil {
 			return fail(err)
 		}

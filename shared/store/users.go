@@ -249,8 +249,16 @@ type CancelAll struct {
 	Kind           string // "" for every kind, unless ExactKind
 	ExactKind      bool   // Kind "" means the actions without a kind
 
-	Reason       string
-	Write        action.Write
+	Reason string
+	// Write is the call's: its key is the cancel-all's own, scoped to the
+	// operation, so a cancel of one action with the same key is another
+	// call (and the reverse).
+	Write action.Write
+	// BareKey is the key's unscoped digest, as cancel-alls stored it on
+	// the actions they canceled before keys were scoped: a retry of such a
+	// call still recognises them (its fingerprint names the route, so no
+	// cancel of one action matches).
+	BareKey      string
 	Fingerprints []string
 	Now          time.Time // the request's time: which actions are still open
 	// Clock is read for each cancel's own time (canceledAt), which comes
@@ -348,6 +356,10 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 				return nil, why
 			}
 			canceled = append(canceled, a.ID)
+			continue
+		}
+		if !a.CanceledAt.IsZero() && action.IsReplayOf(a.Cancel, c.BareKey, c.Fingerprints) {
+			canceled = append(canceled, a.ID) // by this call, before keys were scoped
 			continue
 		}
 		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !supersededBy(a, c.Except) {
