@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/exactonce/exactonce/e2e/template"
 )
@@ -57,6 +58,11 @@ func judgeUnused(functions map[string]*template.Function, used map[string]int, l
 		}
 	}
 	for k := range stale {
+		function, _, _ := strings.Cut(k, " ")
+		if _, ok := functions[function]; function != "*" && !ok {
+			j.Absent = append(j.Absent, k)
+			continue
+		}
 		j.Stale = append(j.Stale, k)
 	}
 	sort.Strings(j.Stale)

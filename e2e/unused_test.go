@@ -21,12 +21,12 @@ func TestUnusedListAbsentFunction(t *testing.T) {
 	}
 	used := map[string]int{"p1": 3, "c0": 5}
 	listed := map[string]string{
-		"* logs:CreateLogStream,logs:PutLogEvents":                      "the Lambda service",
-		"publisher dynamodb:ListStreams":                                "the event source mapping",
+		"* logs:CreateLogStream,logs:PutLogEvents":                     "the Lambda service",
+		"publisher dynamodb:ListStreams":                               "the event source mapping",
 		"audit sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage": "the example subscriber's destination",
-		"publisher events:PutEvents":                                    "used: stale",
-		"create sqs:SendMessage":                                        "gone: stale",
-		"* s3:GetObject":                                                "no function has it: stale",
+		"publisher events:PutEvents":                                   "used: stale",
+		"create sqs:SendMessage":                                       "gone: stale",
+		"* s3:GetObject":                                               "no function has it: stale",
 	}
 	j := judgeUnused(functions, used, listed)
 	if !slices.Equal(j.Absent, []string{"audit sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage"}) {
