@@ -143,6 +143,8 @@ func TestForgedUserCursor(t *testing.T) {
 		{"an attribute added", c(`{"c":1,"k":"f3","u":"u#other"}`)},
 		{"another tenant's key", c(`{"c":1,"k":"t#beta#f3"}`)},
 		{"a key no action has", c(`{"c":1,"k":"a b"}`)},
+		{"something after the object", c(`{"c":1,"k":"f3"}}`)},
+		{"another object after it", c(`{"c":1,"k":"f3"} {}`)},
 		{"not JSON", c(`f3`)},
 		{"not base64", "f3!"},
 		{"padded base64", base64.URLEncoding.EncodeToString([]byte(`{"c":1,"k":"f3"}`))},

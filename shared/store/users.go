@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,7 +104,10 @@ func parseCursor(c, tenantName string) (*position, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if dec.Decode(&raw) != nil || dec.More() || raw.C == nil || raw.K == nil {
+	if dec.Decode(&raw) != nil || raw.C == nil || raw.K == nil {
+		return nil, ErrBadCursor
+	}
+	if _, err := dec.Token(); err != io.EOF { // nothing after the object
 		return nil, ErrBadCursor
 	}
 	if t, id := tenant.SplitItemKey(*raw.K); t != tenantName || tenant.ItemKey(t, id) != *raw.K || action.ValidateID("cursor", id) != nil {
