@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/idemkey"
@@ -101,15 +98,4 @@ func record(k *Key, fingerprint string) *idempotency.Record {
 
 // cleanReason fits a release reason to the API: printable, at most
 // idemkey.MaxErrorLen characters.
-func cleanReason(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	if r := []rune(s); len(r) > idemkey.MaxErrorLen {
-		s = string(r[:idemkey.MaxErrorLen])
-	}
-	return s
-}
+func cleanReason(s string) string { return idemkey.FitError(s) }

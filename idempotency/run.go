@@ -82,10 +82,13 @@ const (
 	// may wait.
 	DefaultLease = time.Minute
 	// MaxResponseBytes bounds a stored response (its JSON): what one
-	// DynamoDB item (400 KB) holds beside the key's own attributes (a
-	// partition key of at most 2 KiB, DynamoDB's limit, a last error of at
-	// most 1 KiB, and fixed-size times, tokens and counters: under 4 KiB in
-	// all; 16 KiB are left).
+	// DynamoDB item (400 KB) holds beside the key's own attributes, each
+	// bounded: a partition key of at most 2 KiB and its name of at most 255
+	// bytes (DynamoDB's limits), a fingerprint and claim fields of at most
+	// 256 characters each (idemkey.Claim.Validate, checked before the
+	// claim), a last error of at most 1024 characters (idemkey.FitError, on
+	// every release and hold), and fixed-size times, tokens and counters:
+	// under 12 KiB in all; 16 KiB are left.
 	// A larger response is ErrResponseTooLarge and the key stays held.
 	MaxResponseBytes = 400<<10 - 16<<10
 	// NotStoredReason is the last error a key held for good after its
@@ -152,7 +155,8 @@ type Call struct {
 	// the effect. A panic always releases.
 	Release func(error) bool
 	// Reason is the text a release stores on the key (it is readable through
-	// GET /keys). nil: a fixed text, so no error detail is stored.
+	// GET /keys), fitted by idemkey.FitError: printable, at most 1024
+	// characters. nil: a fixed text, so no error detail is stored.
 	Reason func(error) string
 	Now    func() time.Time // nil: time.Now
 }
@@ -185,7 +189,13 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	k, err := p.Claim(ctx, c.Key, Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken(), AnyAfterRelease: true})
+	claim := Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken(), AnyAfterRelease: true}
+	if err := claim.Validate(); err != nil {
+		// Refused before the effect: a key whose item could not also hold
+		// the response would let a retry run the effect again.
+		return Result{}, fmt.Errorf("idempotency: %w", err)
+	}
+	k, err := p.Claim(ctx, c.Key, claim)
 	var replay *idemkey.Replay
 	var rej *idemkey.Rejection
 	switch {
@@ -244,7 +254,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		}
 		reason := "handler returned an error"
 		if c.Reason != nil {
-			reason = c.Reason(fnErr)
+			reason = idemkey.FitError(c.Reason(fnErr))
 		}
 		rec, err := p.Release(wctx, c.Key, token, reason, c.now())
 		switch {

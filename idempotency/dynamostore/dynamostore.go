@@ -111,8 +111,14 @@ func New(db API, name string) *Table { return &Table{DB: db, Name: name} }
 // a released one, or one whose lease lapsed. Otherwise it returns
 // idemkey.ClassifyClaim's answer: *idemkey.Replay for a completed key or the
 // caller's own claim (answer lost, or a retried HTTP request), else
-// *idemkey.Rejection (fingerprint_mismatch, in_progress).
+// *idemkey.Rejection (fingerprint_mismatch, in_progress). A claim whose
+// fields are longer than idemkey allows (Claim.Validate) is refused
+// (*action.InvalidError) without a request: the item must keep room for the
+// response.
 func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemkey.Key, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("dynamostore: claim: %w", err)
+	}
 	c.Now = action.Millis(c.Now)
 	now := c.Now
 	sets := []string{"#fp = :fp", "#token = :token", "#lease = :lease", "#claimedAt = :now",
@@ -197,9 +203,11 @@ func (t *Table) Complete(ctx context.Context, name, token string, response []byt
 
 // Release gives the key up after a failed attempt, with one conditional
 // write: it is claimable again at once, and its failure count grows.
-// errText is stored as the key's last error (keep secrets out of it).
+// errText is stored as the key's last error, fitted by idemkey.FitError
+// (keep secrets out of it).
 func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
 	now = action.Millis(now)
+	errText = idemkey.FitError(errText)
 	values := map[string]types.AttributeValue{
 		":now": s(FormatTime(now)), ":token": s(token), ":ttl": n(now.Add(t.retention()).Unix()), ":one": n(1),
 	}
@@ -221,9 +229,11 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 // Hold keeps the key held by token for the rest of its retention, with one
 // conditional write: the holder ran its effect but cannot store the
 // response, so no claim may run it again until the key is gone. errText is
-// stored as the key's last error. Refusals are Complete's.
+// stored as the key's last error, fitted by idemkey.FitError. Refusals are
+// Complete's.
 func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
 	now = action.Millis(now)
+	errText = idemkey.FitError(errText)
 	until := now.Add(t.retention())
 	values := map[string]types.AttributeValue{
 		":token": s(token), ":lease": n(until.UnixMilli()), ":ttl": n(until.Unix()), ":lastError": s(errText),

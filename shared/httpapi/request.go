@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/base64"
 	"errors"
+	"reflect"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -129,11 +130,43 @@ func (r *request) decode(v any) error {
 	if canon.Kind() != '{' {
 		return &action.InvalidError{Field: "body", Message: "must be a JSON object"}
 	}
-	if err := json.Unmarshal(r.body, v, json.RejectUnknownMembers(true)); err != nil {
+	if err := json.Unmarshal(r.body, v, json.RejectUnknownMembers(true), noNull); err != nil {
 		return fieldError(err)
 	}
 	r.canon = canon
 	return nil
+}
+
+// errNull marks a null where a member takes no null.
+var errNull = errors.New("null")
+
+// anyJSON is the type of the members that take any JSON value (a payload,
+// a key's response): null is one of those values.
+var anyJSON = reflect.TypeFor[*jsontext.Value]()
+
+// noNull is the API's one rule for null: a member is a value of its type
+// or absent. null is refused (400 naming the member, at any depth) rather
+// than taken as absent, which would give a default the caller did not
+// choose and a body that fingerprints apart from the same call without the
+// member. Where any JSON value is taken, null is that value.
+var noNull = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v any) error {
+	if dec.PeekKind() == 'n' && reflect.TypeOf(v) != anyJSON {
+		return errNull
+	}
+	return errors.ErrUnsupported // decode as usual
+}))
+
+// query reads a route's query parameters: each of names is absent or holds
+// a value. Sent empty (?cursor=) it is 400 naming it, like any value it
+// does not take: an empty cursor is no cursor a page returned.
+func query(ev *events.APIGatewayV2HTTPRequest, names ...string) (map[string]string, error) {
+	q := ev.QueryStringParameters
+	for _, name := range names {
+		if v, ok := q[name]; ok && v == "" {
+			return nil, &action.InvalidError{Field: name, Message: "must not be empty: leave it out for the default"}
+		}
+	}
+	return q, nil
 }
 
 // fieldError turns a JSON error into an InvalidError naming the member at
@@ -146,6 +179,12 @@ func fieldError(err error) error {
 		field := pointerField(sem.JSONPointer)
 		if errors.Is(sem.Err, json.ErrUnknownName) {
 			return &action.InvalidError{Field: field, Message: "is not a known field"}
+		}
+		if errors.Is(sem.Err, errNull) {
+			if field == "" {
+				field = "body"
+			}
+			return &action.InvalidError{Field: field, Message: "must not be null: leave it out for the default"}
 		}
 		want := "a valid value"
 		if sem.GoType != nil {

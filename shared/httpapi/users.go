@@ -17,6 +17,12 @@ const (
 	RouteUserCancel = "POST /users/{userId}/actions/cancel"
 )
 
+// cancelAllKeyScope starts what a cancel-all's Idempotency-Key is digested
+// with for the cancel it writes on each action: a key names one call, and a
+// cancel of one action with the same key is another. A key sent is
+// printable ASCII, so no key a cancel sends digests the same.
+const cancelAllKeyScope = RouteUserCancel + "\x00"
+
 // DefaultListLimit is a page's size when the caller does not say.
 const DefaultListLimit = 20
 
@@ -28,8 +34,10 @@ type ListView struct {
 
 // CancelAllRequest is the body of POST /users/{userId}/actions/cancel.
 type CancelAllRequest struct {
-	Kind   string `json:"kind,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	// Kind, when given, is one kind (1 to 64 characters): "" is refused,
+	// as it could mean every kind or the actions without one.
+	Kind   *string `json:"kind,omitempty"`
+	Reason string  `json:"reason,omitempty"`
 }
 
 // CancelAllView answers a cancel-all: what this call canceled.
@@ -46,7 +54,10 @@ func (a *API) ListUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err != nil {
 			return fail(err)
 		}
-		q := ev.QueryStringParameters
+		q, err := query(&ev, "kind", "state", "limit", "cursor")
+		if err != nil {
+			return fail(err)
+		}
 		l := store.List{Tenant: c.tenant, UserID: userID, Kind: q["kind"], State: action.State(q["state"]),
 			Limit: DefaultListLimit, Cursor: q["cursor"], Now: a.Now()}
 		if l.Kind != "" {
@@ -94,10 +105,12 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		if err != nil {
 			return fail(err)
 		}
-		if req.Kind != "" {
-			if err := action.ValidateToken("kind", req.Kind, action.MaxKindLen, "/"); err != nil {
+		var kind string
+		if req.Kind != nil {
+			if err := action.ValidateToken("kind", *req.Kind, action.MaxKindLen, "/"); err != nil {
 				return fail(err)
 			}
+			kind = *req.Kind
 		}
 		if err := action.ValidateCancel(&action.CancelRequest{Reason: req.Reason}); err != nil {
 			return fail(err)
@@ -109,6 +122,7 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		w.Fingerprint = c.keys.Fingerprint(call)
 		fps := c.keys.Fingerprints(call)
 		var headers map[string]string
+		var bareKey string
 		if w.Key != "" {
 			// A keyed call is recorded before it cancels anything: a call
 			// that canceled nothing leaves no action to recognise it by.
@@ -119,9 +133,13 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			if replayed {
 				headers = map[string]string{HeaderReplayed: "true"}
 			}
+			// On the actions it cancels, the key is the cancel-all's own
+			// (scoped to this operation), so the same key sent to a cancel
+			// of one of them is another call, and the reverse.
+			bareKey, w.Key = w.Key, c.keys.KeyDigest(cancelAllKeyScope+r.rawKey)
 		}
-		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: req.Kind, Reason: req.Reason,
-			Write: w, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
+		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: kind, Reason: req.Reason,
+			Write: w, BareKey: bareKey, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
 		if err != nil {
 			return fail(err)
 		}

@@ -133,7 +133,10 @@ func (a *API) ListUses(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err != nil {
 			return fail(err)
 		}
-		q := ev.QueryStringParameters
+		q, err := query(&ev, "limit", "cursor")
+		if err != nil {
+			return fail(err)
+		}
 		limit := MaxUsesPage
 		if v, ok := q["limit"]; ok {
 			if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > MaxUsesPage {

@@ -10,14 +10,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/exactonce/exactonce/shared/action"
 )
 
-// Limits and defaults.
+// Limits and defaults. Besides its name and response, a key item carries
+// nothing longer than these (in characters, so at most 4 bytes each): a
+// fingerprint and each claim field (Claim.Validate), and a last error
+// (FitError), so whatever response a store accepts always fits its item.
 const (
 	MaxNameLen          = 255
 	MaxFingerprintLen   = 256
@@ -140,6 +146,50 @@ type Claim struct {
 	// the idempotency library's retries after a failure. The /keys routes
 	// leave it off, so another fingerprint is refused in every state there.
 	AnyAfterRelease bool
+}
+
+// Validate checks what a claim stores beside the key's name: the
+// fingerprint and the claim request's fields, each at most
+// MaxFingerprintLen characters. A store refuses a claim that fails it
+// before writing, so the effect never runs under a key whose item could not
+// also hold its response.
+func (c *Claim) Validate() error {
+	for _, f := range []struct{ field, v string }{
+		{"fingerprint", c.Fingerprint},
+		{"claimKey", c.Write.Key},
+		{"claimFingerprint", c.Write.Fingerprint},
+		{"claimRequestId", c.Write.RequestID},
+	} {
+		if utf8.RuneCountInString(f.v) > MaxFingerprintLen {
+			return &action.InvalidError{Field: f.field, Message: "must be at most 256 characters"}
+		}
+	}
+	return nil
+}
+
+// FitError fits a failure's text to what a key keeps as its last error:
+// printable (control characters and bytes that are not UTF-8 become
+// spaces) and at most MaxErrorLen characters, cut where longer. A release
+// or hold stores only this, and a later claim keeps it, so the item keeps
+// room for the response; the hosted keys API refuses anything else.
+func FitError(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if utf8.RuneCountInString(s) <= MaxErrorLen {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == MaxErrorLen {
+			return s[:i]
+		}
+		n++
+	}
+	return s
 }
 
 // ClassifyClaim explains a refused claim from the key the write saw.

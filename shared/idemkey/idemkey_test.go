@@ -2,8 +2,10 @@ package idemkey
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactonce/exactonce/shared/action"
 )
@@ -138,3 +140,26 @@ func TestValidate(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestFitError: a last error is printable and at most MaxErrorLen
+// characters, whatever a failure's text holds; the API's release
+// validation takes every fitted text.
+func TestFitError(t *testing.T) {
+	wide := strings.Repeat("𝄞", MaxErrorLen)
+	for _, c := range []struct{ name, in, want string }{
+		{"short", "card declined", "card declined"},
+		{"control characters", "a\nb\tc\x00", "a b c "},
+		{"bytes that are not UTF-8", "a\xff\xfeb", "a  b"},
+		{"exactly the limit", wide, wide},
+		{"over the limit, cut by characters", wide + "x", wide},
+		{"100 KB", strings.Repeat("e", 100<<10), strings.Repeat("e", MaxErrorLen)},
+	} {
+		got := FitError(c.in)
+		if got != c.want {
+			t.Errorf("%s: %d characters %.30q, want %d %.30q", c.name, utf8.RuneCountInString(got), got, utf8.RuneCountInString(c.want), c.want)
+		}
+		if err := ValidateRelease(&ReleaseRequest{Token: NewToken(), Error: got}); err != nil {
+			t.Errorf("%s: the API refuses the fitted text: %v", c.name, err)
+		}
+	}
+}

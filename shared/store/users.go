@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
@@ -82,23 +85,42 @@ func (p position) cursor() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func parseCursor(c string) (*position, error) {
+// parseCursor reads a cursor a page of tenantName's user handed out: the
+// base64url of exactly {"c": integer, "k": the partition key of one of the
+// tenant's actions}. Anything else is ErrBadCursor before any request, so
+// no start key DynamoDB would refuse (a key over 2 KB, of another type,
+// missing or added attributes) is ever sent.
+func parseCursor(c, tenantName string) (*position, error) {
 	if c == "" {
 		return nil, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	var p position
-	if err != nil || json.Unmarshal(b, &p) != nil || p.Key == "" {
+	if err != nil {
 		return nil, ErrBadCursor
 	}
-	return &p, nil
+	var raw struct {
+		C *int64  `json:"c"`
+		K *string `json:"k"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&raw) != nil || raw.C == nil || raw.K == nil {
+		return nil, ErrBadCursor
+	}
+	if _, err := dec.Token(); err != io.EOF { // nothing after the object
+		return nil, ErrBadCursor
+	}
+	if t, id := tenant.SplitItemKey(*raw.K); t != tenantName || tenant.ItemKey(t, id) != *raw.K || action.ValidateID("cursor", id) != nil {
+		return nil, ErrBadCursor
+	}
+	return &position{CreatedAtMs: *raw.C, Key: *raw.K}, nil
 }
 
 // ListUser returns one page of a user's actions, newest first, as they are
 // now (each read from the table, not the index). It costs one Query per
 // index page and one BatchGetItem per 100 actions read.
 func (st *Store) ListUser(ctx context.Context, l List) (*Page, error) {
-	start, err := parseCursor(l.Cursor)
+	start, err := parseCursor(l.Cursor, l.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +158,18 @@ func (st *Store) ListUser(ctx context.Context, l List) (*Page, error) {
 // userRefs reads up to limit index entries of a user after start (newest
 // first), only those created at or before notAfter when it is set.
 func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start, notAfter *position, limit int) ([]position, *position, error) {
+	var from map[string]types.AttributeValue
+	if start != nil {
+		from = map[string]types.AttributeValue{
+			attrUserKey: s(userKey(tenantName, userID)), attrCreatedAtMs: n(start.CreatedAtMs), attrID: s(start.Key),
+		}
+	}
+	return st.queryUser(ctx, tenantName, userID, from, notAfter, limit)
+}
+
+// queryUser is userRefs from the start key from (nil: the newest). A start
+// key DynamoDB refuses can only have come from a cursor: ErrBadCursor.
+func (st *Store) queryUser(ctx context.Context, tenantName, userID string, from map[string]types.AttributeValue, notAfter *position, limit int) ([]position, *position, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                 &st.table,
 		IndexName:                 aws.String(UserIndex),
@@ -150,13 +184,13 @@ func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start,
 		in.ExpressionAttributeNames["#c"] = attrCreatedAtMs
 		in.ExpressionAttributeValues[":c"] = n(notAfter.CreatedAtMs)
 	}
-	if start != nil {
-		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			attrUserKey: s(userKey(tenantName, userID)), attrCreatedAtMs: n(start.CreatedAtMs), attrID: s(start.Key),
-		}
-	}
+	in.ExclusiveStartKey = from
 	out, err := st.db.Query(ctx, in)
-	if err != nil {
+	var apiErr smithy.APIError
+	switch {
+	case from != nil && errors.As(err, &apiErr) && apiErr.ErrorCode() == "ValidationException":
+		return nil, nil, ErrBadCursor
+	case err != nil:
 		return nil, nil, classifyErr(err)
 	}
 	refs := make([]position, 0, len(out.Items))
@@ -249,8 +283,16 @@ type CancelAll struct {
 	Kind           string // "" for every kind, unless ExactKind
 	ExactKind      bool   // Kind "" means the actions without a kind
 
-	Reason       string
-	Write        action.Write
+	Reason string
+	// Write is the call's: its key is the cancel-all's own, scoped to the
+	// operation, so a cancel of one action with the same key is another
+	// call (and the reverse).
+	Write action.Write
+	// BareKey is the key's unscoped digest, as cancel-alls stored it on
+	// the actions they canceled before keys were scoped: a retry of such a
+	// call still recognises them (its fingerprint names the route, so no
+	// cancel of one action matches).
+	BareKey      string
 	Fingerprints []string
 	Now          time.Time // the request's time: which actions are still open
 	// Clock is read for each cancel's own time (canceledAt), which comes
@@ -348,6 +390,10 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 				return nil, why
 			}
 			canceled = append(canceled, a.ID)
+			continue
+		}
+		if !a.CanceledAt.IsZero() && action.IsReplayOf(a.Cancel, c.BareKey, c.Fingerprints) {
+			canceled = append(canceled, a.ID) // by this call, before keys were scoped
 			continue
 		}
 		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !supersededBy(a, c.Except) {

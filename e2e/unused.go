@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/exactonce/exactonce/e2e/template"
+)
+
+// unusedJudgment is what the suite concludes about the statements no call
+// used, against the reviewed list (e2e/unused.txt).
+type unusedJudgment struct {
+	// Unused: statements no call used and the list does not name.
+	Unused []string
+	// Listed: unused statements the list names (so they pass).
+	Listed int
+	// Stale: entries of the list for a function of this template (or "*")
+	// whose statement is gone or was used: they must be removed.
+	Stale []string
+	// Absent: entries for a function this template does not have (the
+	// example subscriber's, on a template synthesized without it): not
+	// judged here, since another template has them.
+	Absent []string
+}
+
+// judgeUnused compares the statements of the template's functions no call
+// used (used: statement id → calls it allowed) with the reviewed list
+// (listed: statementKey → reason).
+func judgeUnused(functions map[string]*template.Function, used map[string]int, listed map[string]string) unusedJudgment {
+	var j unusedJudgment
+	stale := map[string]bool{}
+	for k := range listed {
+		stale[k] = true
+	}
+	names := make([]string, 0, len(functions))
+	for n := range functions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, stmt := range functions[n].Statements {
+			if used[stmt.ID] > 0 {
+				continue
+			}
+			k := statementKey(n, stmt.Doc)
+			if _, ok := listed[k]; ok {
+				j.Listed++
+				delete(stale, k)
+				continue
+			}
+			if _, ok := listed[statementKey("*", stmt.Doc)]; ok {
+				j.Listed++
+				delete(stale, statementKey("*", stmt.Doc))
+				continue
+			}
+			j.Unused = append(j.Unused, fmt.Sprintf("%s (%s): no call used it", k, stmt.ID))
+		}
+	}
+	for k := range stale {
+		function, _, _ := strings.Cut(k, " ")
+		if _, ok := functions[function]; function != "*" && !ok {
+			j.Absent = append(j.Absent, k)
+			continue
+		}
+		j.Stale = append(j.Stale, k)
+	}
+	sort.Strings(j.Stale)
+	sort.Strings(j.Absent)
+	return j
+}
