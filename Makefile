@@ -45,8 +45,9 @@ run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local inc
 lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...
 
-test: lint $(TOOLS) ## run every test (lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
+test: $(TOOLS) ## run every test (vet and lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
 	go vet ./...
+	$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
