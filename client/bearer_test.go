@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,7 @@ func newJWTAPI(t *testing.T, accepted ...string) *jwtAPI {
 			_, _ = w.Write([]byte(`{"message":"Unauthorized"}`))
 			return
 		}
-		_, _ = fmt.Fprintf(w, `{"actionId":%q,"state":"active"}`, strings.Split(r.URL.Path, "/")[2])
+		_, _ = fmt.Fprintf(w, `{"actionId":%q,"state":"active"}`, path.Base(r.URL.Path))
 	}))
 	t.Cleanup(a.Close)
 	return a
