@@ -49,5 +49,5 @@ func Example() {
 
 	template := app.Synth(nil).GetStackByName(stack.StackName()).Template().(map[string]any)
 	fmt.Println(len(eo.Functions), "functions,", len(eo.Alarms), "alarms,", len(template["Outputs"].(map[string]any)), "outputs")
-	// Output: 15 functions, 18 alarms, 6 outputs
+	// Output: 15 functions, 18 alarms, 7 outputs
 }
