@@ -156,7 +156,7 @@ func TestLibraryPagesShowWholePrograms(t *testing.T) {
 	for _, page := range []string{"docs/go-client.md", "docs/idempotency.md", "docs/cdk-construct.md"} {
 		whole := 0
 		for _, b := range parse(t, page).blocks {
-			if b.lang == "go" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "package ") {
+			if b.lang == "go" && slices.ContainsFunc(b.lines, func(l string) bool { return strings.HasPrefix(l, "package ") }) {
 				whole++
 			}
 		}

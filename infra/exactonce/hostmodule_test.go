@@ -34,7 +34,7 @@ func TestHostModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mainGo := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(page)
+	mainGo := regexp.MustCompile("(?s)```go\n((?://[^\n]*\n)*package main\n.*?)```").FindSubmatch(page)
 	if mainGo == nil {
 		t.Fatal("docs/cdk-construct.md: no Go block with a whole main.go (package main)")
 	}
