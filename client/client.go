@@ -5,6 +5,9 @@
 //	c := client.New("https://abc123.execute-api.eu-west-1.amazonaws.com", client.WithSigV4(awsCfg))
 //	a, err := c.Consume(ctx, "coupon-42", client.ConsumeInput{Reason: "checkout 981"})
 //	if errors.Is(err, client.ErrAlreadyUsed) { ... }
+//
+// An API deployed with JWT authorization takes client.WithBearerToken(token)
+// instead of WithSigV4: a token function, called before the token expires.
 package client
 
 import (
