@@ -5,6 +5,9 @@
 //	c := client.New("https://abc123.execute-api.eu-west-1.amazonaws.com", client.WithSigV4(awsCfg))
 //	a, err := c.Consume(ctx, "coupon-42", client.ConsumeInput{Reason: "checkout 981"})
 //	if errors.Is(err, client.ErrAlreadyUsed) { ... }
+//
+// An API deployed with JWT authorization takes client.WithBearerToken(token)
+// instead of WithSigV4: a token function, called before the token expires.
 package client
 
 import (
@@ -33,6 +36,7 @@ type Client struct {
 	http   *http.Client
 	retry  Retry
 	signer *sigV4
+	bearer *bearer // WithBearerToken
 	caller string
 }
 
@@ -75,9 +79,12 @@ func WithRetry(r Retry) Option {
 
 // WithSigV4 signs every request for API Gateway's IAM authorization
 // (service execute-api) with cfg's credentials and region, e.g. from
-// config.LoadDefaultConfig (the default credential chain).
+// config.LoadDefaultConfig (the default credential chain). It replaces
+// WithBearerToken given before it.
 func WithSigV4(cfg aws.Config) Option {
-	return func(c *Client) { c.signer = &sigV4{creds: cfg.Credentials, region: cfg.Region, signer: v4.NewSigner()} }
+	return func(c *Client) {
+		c.signer, c.bearer = &sigV4{creds: cfg.Credentials, region: cfg.Region, signer: v4.NewSigner()}, nil
+	}
 }
 
 // New returns a client for the API at baseURL (the stack's ApiUrl output, or
@@ -107,6 +114,9 @@ type call struct {
 	method, path string
 	body         []byte
 	key          string // "" for GET
+	// refused is the bearer token (its generation) the API answered 401
+	// to in this call: the next attempt sends another.
+	refused uint64
 }
 
 // response is a decoded answer.
@@ -115,6 +125,7 @@ type response struct {
 	header   http.Header
 	body     []byte
 	replayed bool
+	tokenGen uint64 // the bearer token sent (its generation), 0 for none
 }
 
 // do runs a call with retries and decodes a 2xx body into out; any other
@@ -128,10 +139,20 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 			}
 		}
 		r, err := c.once(ctx, cl)
+		if err == nil && r.status == http.StatusUnauthorized && r.tokenGen != 0 && cl.refused == 0 {
+			// The bearer token was refused: replace it and send the same
+			// call again, once per logical call.
+			cl.refused = r.tokenGen
+			r, err = c.once(ctx, cl)
+		}
+		var noToken *tokenError
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &noToken):
+			return nil, noToken.err // nothing was sent
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
 			last = &networkError{err}
 			continue // the request may or may not have been applied: the key makes the retry safe
 		}
@@ -176,6 +197,15 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 			return nil, err
 		}
 	}
+	var tokenGen uint64
+	if c.bearer != nil {
+		token, gen, err := c.bearer.get(ctx, cl.refused)
+		if err != nil {
+			return nil, &tokenError{err}
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		tokenGen = gen
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -185,7 +215,7 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true", tokenGen: tokenGen}, nil
 }
 
 // retryable: throttling and server-side faults; never another 4xx, which is

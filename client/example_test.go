@@ -31,7 +31,7 @@ func ExampleClient_Consume() {
 func ExampleClient_Do() {
 	ctx := context.Background()
 	c := client.New("http://127.0.0.1:8080")
-	receipt, err := c.Do(ctx, "order-981-pay", "amount=500&card=tok_1", 30*time.Second,
+	receipt, err := c.Do(ctx, "order-1204-pay", "amount=500&card=tok_1", 30*time.Second,
 		func(ctx context.Context) (any, error) { return charge(ctx, 500) })
 	if err != nil {
 		log.Print(err)

@@ -35,9 +35,9 @@ func (s *KeyStore) Claim(ctx context.Context, key string, cl idempotency.Claim) 
 		if e.LeaseExpiresAt != nil {
 			until = *e.LeaseExpiresAt
 		}
-		return nil, errors.Join(&idemkey.Rejection{Code: idemkey.CodeInProgress, Key: &idemkey.Key{Name: key, LeaseExpiresAt: until}}, err)
+		return nil, &refusal{&idemkey.Rejection{Code: idemkey.CodeInProgress, Key: &idemkey.Key{Name: key, LeaseExpiresAt: until}}, err}
 	case errors.As(err, &e) && e.Code == string(idemkey.CodeFingerprintMismatch):
-		return nil, errors.Join(&idemkey.Rejection{Code: idemkey.CodeFingerprintMismatch}, err)
+		return nil, &refusal{&idemkey.Rejection{Code: idemkey.CodeFingerprintMismatch}, err}
 	case err != nil:
 		return nil, err
 	case k.State == string(idemkey.StateCompleted):
@@ -76,11 +76,22 @@ func rejection(err error) error {
 	if errors.As(err, &e) {
 		switch c := idemkey.Code(e.Code); c {
 		case idemkey.CodeLeaseLost, idemkey.CodeCompleted, idemkey.CodeNotFound:
-			return errors.Join(&idemkey.Rejection{Code: c}, err)
+			return &refusal{&idemkey.Rejection{Code: c}, err}
 		}
 	}
 	return err
 }
+
+// refusal is an answer of the API that is also a refusal the library
+// understands: errors.Is and errors.As find both, and its text is the API's
+// alone, on one line (errors.Join would put a line break in what is logged).
+type refusal struct {
+	domain *idemkey.Rejection
+	api    error
+}
+
+func (r *refusal) Error() string   { return r.api.Error() }
+func (r *refusal) Unwrap() []error { return []error{r.domain, r.api} }
 
 // record is the library's view of an answered key.
 func record(k *Key, fingerprint string) *idempotency.Record {

@@ -100,3 +100,54 @@ func TestKeyStore(t *testing.T) {
 		t.Fatalf("Do's released key: %+v %v", k, err)
 	}
 }
+
+// TestKeyStoreRefusalsAreOneLine: a refusal of the hosted keys that the
+// library also understands (fingerprint mismatch, in progress, lease lost)
+// is one error whose text is the API's, on one line: it goes to logs as it
+// is. errors.Is finds both the API's code and the library's error.
+func TestKeyStoreRefusalsAreOneLine(t *testing.T) {
+	env := testkit.NewEnv(t)
+	c := client.New(env.URL)
+	ctx := context.Background()
+	k, err := c.Claim(ctx, "one-line", "sha256:9f2c", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, "one-line-held", "f", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Complete(ctx, "one-line", k.Token, map[string]string{"charge": "ch_1"}); err != nil {
+		t.Fatal(err)
+	}
+	store := c.KeyStore()
+	for _, tc := range []struct {
+		name      string
+		call      func() error
+		api, want error
+	}{
+		{"Do with another fingerprint", func() error {
+			_, err := c.Do(ctx, "one-line", "amount=500&card=tok_1", time.Minute, func(context.Context) (any, error) { return 1, nil })
+			return err
+		}, client.ErrFingerprintMismatch, idempotency.ErrPayloadMismatch},
+		{"claim while held", func() error {
+			_, err := store.Claim(ctx, "one-line-held", idempotency.Claim{Fingerprint: "f", Lease: time.Minute, Now: time.Now()})
+			return err
+		}, client.ErrInProgress, nil},
+		{"release a key nobody claimed", func() error {
+			_, err := store.Release(ctx, "one-line-never", k.Token, "declined", time.Now())
+			return err
+		}, client.ErrNotFound, nil},
+	} {
+		err := tc.call()
+		if !errors.Is(err, tc.api) {
+			t.Errorf("%s: %v, want the API's %v", tc.name, err, tc.api)
+		}
+		if tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want the library's %v", tc.name, err, tc.want)
+		}
+		if err != nil && strings.ContainsAny(err.Error(), "\n\r") {
+			t.Errorf("%s: the error text has a line break: %q", tc.name, err.Error())
+		}
+		t.Logf("%s: %v", tc.name, err)
+	}
+}

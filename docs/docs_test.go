@@ -112,7 +112,9 @@ func TestLinks(t *testing.T) {
 // TestGoBlocksAreExamples: every Go code block of every page is a run of
 // whole lines of an Example function (compiled by go test, and run where it
 // has an Output comment), either the whole function or its body without the
-// function's indentation. So what readers copy compiles.
+// function's indentation, or a whole Go file: a test file holding Examples
+// (its package clause and imports too), or a program (package main, compiled
+// by go vet ./... and make lint). So what readers copy compiles.
 func TestGoBlocksAreExamples(t *testing.T) {
 	examples := goExamples(t)
 	if len(examples) == 0 {
@@ -127,7 +129,7 @@ func TestGoBlocksAreExamples(t *testing.T) {
 			blocks++
 			found := ""
 			for _, ex := range examples {
-				if containsRun(ex.whole, b.lines) || containsRun(ex.body, b.lines) {
+				if ex.file && sameLines(ex.whole, b.lines) || !ex.file && (containsRun(ex.whole, b.lines) || containsRun(ex.body, b.lines)) {
 					found = ex.name
 					break
 				}
@@ -142,6 +144,25 @@ func TestGoBlocksAreExamples(t *testing.T) {
 	}
 	if blocks == 0 {
 		t.Error("no Go blocks found in the pages")
+	}
+}
+
+// TestLibraryPagesShowWholePrograms: each page for a Go developer (the
+// client, the idempotency library, the CDK construct) has a Go block that is
+// a whole file, imports and all, so a reader starts from a program that
+// compiles rather than from fragments whose imports and variables (an
+// aws.Config, a DynamoDB client, a table, jsii.Close) they have to guess.
+func TestLibraryPagesShowWholePrograms(t *testing.T) {
+	for _, page := range []string{"docs/go-client.md", "docs/idempotency.md", "docs/cdk-construct.md"} {
+		whole := 0
+		for _, b := range parse(t, page).blocks {
+			if b.lang == "go" && slices.ContainsFunc(b.lines, func(l string) bool { return strings.HasPrefix(l, "package ") }) {
+				whole++
+			}
+		}
+		if whole == 0 {
+			t.Errorf("%s: no Go block is a whole file (package clause, imports, code)", page)
+		}
 	}
 }
 
@@ -305,11 +326,13 @@ func anchor(heading string) string {
 }
 
 type example struct {
-	name        string   // file: function
-	whole, body []string // the function's lines; its body's, one tab less
+	name        string   // file: function, or the file
+	whole, body []string // the function's lines; its body's, one tab less (or the file's lines)
+	file        bool     // a whole file: a block must be all of it
 }
 
-// goExamples are the Example functions of every test file of the module.
+// goExamples are the Example functions of every test file of the module,
+// those files whole, and every program's (package main) files whole.
 func goExamples(t *testing.T) []example {
 	t.Helper()
 	var out []example
@@ -321,7 +344,7 @@ func goExamples(t *testing.T) []example {
 		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
@@ -332,6 +355,14 @@ func goExamples(t *testing.T) []example {
 		if err != nil {
 			return err
 		}
+		wholeFile := example{name: rel(path), whole: strings.Split(string(src), "\n"), file: true}
+		if !strings.HasSuffix(path, "_test.go") {
+			if f.Name.Name == "main" {
+				out = append(out, wholeFile)
+			}
+			return nil
+		}
+		hasExample := false
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Example") || fn.Body == nil {
@@ -346,6 +377,10 @@ func goExamples(t *testing.T) []example {
 				ex.body = append(ex.body, strings.TrimPrefix(l, "\t"))
 			}
 			out = append(out, ex)
+			hasExample = true
+		}
+		if hasExample {
+			out = append(out, wholeFile)
 		}
 		return nil
 	})
@@ -370,6 +405,17 @@ func containsRun(have, want []string) bool {
 		}
 	}
 	return false
+}
+
+// sameLines says whether want is have, trailing empty lines aside.
+func sameLines(have, want []string) bool {
+	trim := func(l []string) []string {
+		for len(l) > 0 && strings.TrimSpace(l[len(l)-1]) == "" {
+			l = l[:len(l)-1]
+		}
+		return l
+	}
+	return len(trim(want)) > 0 && slices.Equal(trim(have), trim(want))
 }
 
 // tables are the Markdown tables of a page by the heading above them.

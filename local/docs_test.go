@@ -21,11 +21,13 @@ import (
 
 // Docs are the markdown files whose shell examples TestDocsInOrder runs,
 // in the order a reader takes them (a reader who follows the list keeps one
-// `make run` going from the first page to the last): the HTTP API page's
-// examples from a fresh server, then the pages that build on them (the
-// operating page's republish counts the items they wrote), and the README's
-// tour last, on the same server (its ids, tour-1, are its own).
-var Docs = []string{"docs/http-api.md", "docs/events.md", "docs/operating.md", "README.md"}
+// `make run` going from the first page to the last): the README's tour
+// first, as a reader who lands on the README runs it, then the HTTP API
+// page's examples on the same server (their ids are not the tour's), then
+// the pages after it. A page's figures must hold whichever pages ran before
+// it: the operating page's republish counts what is in the table, so it
+// runs on a make run of its own.
+var Docs = []string{"README.md", "docs/http-api.md", "docs/events.md", "docs/operating.md"}
 
 // TestDocsInOrder takes the docs as a reader does: it runs their shell
 // examples in order, against one `make run` (the real local server and

@@ -1,6 +1,6 @@
 module github.com/exactonce/exactonce/tools
 
-go 1.26.8
+go 1.26.0
 
 tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/exactonce/exactonce/shared/httpapi"
 )
 
 // docsText is the pages of docs/ that give the lists checked below: the
@@ -67,6 +71,65 @@ func TestDocsListEveryRoute(t *testing.T) {
 	for _, d := range dirs {
 		if d.IsDir() && !strings.Contains(folders, "`"+d.Name()+"`") {
 			t.Errorf("the Folders table's functions/ row misses %s", d.Name())
+		}
+	}
+}
+
+// awsUnreservedMinimum is the concurrency AWS keeps unreserved in every
+// account and Region: reserved concurrency can only come from above it.
+const awsUnreservedMinimum = 100
+
+// TestDeployingPageHasWhatADeployerNeeds: docs/deploying.md gives, from
+// what the stack really has: every output (AddOutputs), the reserved
+// concurrency and the account quota it needs, the scope of every route for a
+// JWT caller and the claim that names the tenant, a caller's IAM policy on
+// the API's ARN, the flag a CI deploy needs to approve IAM changes, that
+// jwtAudience is a comma-separated list, and what make synth prints.
+func TestDeployingPageHasWhatADeployerNeeds(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "deploying.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	src, err := os.ReadFile(filepath.Join(moduleRoot, "infra", "exactonce", "exactonce.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := regexp.MustCompile(`\bout\("(\w+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(outputs) < 6 {
+		t.Fatalf("exactonce.go: found %d outputs", len(outputs))
+	}
+	for _, o := range outputs {
+		if !strings.Contains(page, "`"+o[1]+"`") {
+			t.Errorf("deploying.md does not name the output %s", o[1])
+		}
+	}
+	reserved := publisherReservedConcurrency + sweeperReservedConcurrency
+	for _, n := range []int{reserved, reserved + awsUnreservedMinimum} {
+		if !strings.Contains(page, "**"+strconv.Itoa(n)+"**") {
+			t.Errorf("deploying.md does not state (in bold) %d: the stack reserves %d concurrent executions, so the account's quota must be at least %d",
+				n, reserved, reserved+awsUnreservedMinimum)
+		}
+	}
+	for _, r := range Routes {
+		route := string(r.Method) + " " + r.Path
+		row := ""
+		for _, l := range strings.Split(page, "\n") {
+			if strings.HasPrefix(l, "|") && strings.Contains(l, "`"+route+"`") {
+				row = l
+			}
+		}
+		if scope := httpapi.RouteScope(route); row == "" || !strings.Contains(row, "`"+scope+"`") {
+			t.Errorf("deploying.md has no table row giving %s its JWT scope %s", route, scope)
+		}
+	}
+	for _, want := range []string{
+		"exactonce:tenantClaim", "`" + httpapi.DefaultTenantClaim + "`", "Authorization: Bearer",
+		`"Action": "execute-api:Invoke"`, "arn:aws:execute-api:", "--require-approval never",
+		"comma-separated", "cdk.out/ExactOnce.template.json",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("deploying.md does not say %q", want)
 		}
 	}
 }

@@ -376,7 +376,7 @@ func (e *ExactOnce) EventPattern(detailTypes ...string) *awsevents.EventPattern 
 }
 
 // AddOutputs defines the standalone stack's outputs in scope (give it the
-// stack: the outputs are then named ApiUrl, TableName, EventBusName,
+// stack: the outputs are then named ApiUrl, ApiId, TableName, EventBusName,
 // EventBusArn, OnFailureQueueUrl, RepublishFunctionName, and
 // AuditClaimsTableName with the example subscriber).
 func (e *ExactOnce) AddOutputs(scope constructs.Construct) {
@@ -384,6 +384,7 @@ func (e *ExactOnce) AddOutputs(scope constructs.Construct) {
 		awscdk.NewCfnOutput(scope, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(what)})
 	}
 	out("ApiUrl", e.Api.ApiEndpoint(), "HTTPS endpoint of the actions API")
+	out("ApiId", e.Api.ApiId(), "Id of the actions API, for callers' execute-api:Invoke policies (arn:aws:execute-api:REGION:ACCOUNT:ApiId/*)")
 	out("TableName", e.RegionTable.TableName(), "DynamoDB table of actions")
 	out("EventBusName", e.Bus.EventBusName(), "EventBridge bus the events are published on")
 	out("EventBusArn", e.Bus.EventBusArn(), "ARN of the event bus")

@@ -103,3 +103,24 @@ func TestEventAlarms(t *testing.T) {
 		t.Errorf("iterator age threshold %v ms, want 3 minutes", th)
 	}
 }
+
+// TestApiIdOutput: the stack outputs the API's id (a Ref of the HTTP API),
+// from which a caller's IAM policy names the API's ARN
+// (arn:aws:execute-api:REGION:ACCOUNT:API_ID/…), standalone and embedded.
+func TestApiIdOutput(t *testing.T) {
+	for name, stackIds := range map[string]bool{"standalone": true, "embedded": false} {
+		_, tmpl := synthStack(t, "Test", Props{StackLogicalIds: stackIds})
+		apis := resources(tmpl, "AWS::ApiGatewayV2::Api")
+		if len(apis) != 1 {
+			t.Fatalf("%s: %d HTTP APIs", name, len(apis))
+		}
+		var api string
+		for id := range apis {
+			api = id
+		}
+		out, _ := tmpl["Outputs"].(map[string]any)["ApiId"].(map[string]any)
+		if got, want := jsonOf(out["Value"]), jsonOf(map[string]any{"Ref": api}); got != want {
+			t.Errorf("%s: output ApiId is %s, want %s", name, got, want)
+		}
+	}
+}

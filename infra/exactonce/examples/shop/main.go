@@ -1,7 +1,13 @@
-package exactonce_test
+// Command shop is a CDK app in Go that embeds ExactOnce next to its own
+// resources: its checkout service may consume actions (and call nothing
+// else), its queue gets the action.consumed events, its pager every
+// ExactOnce alarm. docs/cdk-construct.md shows this file whole, and
+// TestHostModule (infra/exactonce) runs it as a user does: from a module of
+// its own, with the page's cdk.json, through `cdk synth`.
+package main
 
 import (
-	"fmt"
+	"log"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
@@ -16,11 +22,16 @@ import (
 	"github.com/exactonce/exactonce/infra/exactonce"
 )
 
-// A shop's CDK app embeds ExactOnce next to its own resources: its checkout
-// service may consume actions (and call nothing else), its queue gets the
-// action.consumed events, its pager every ExactOnce alarm. The functions'
-// code is in dist/lambda, written by exactonce.BuildFunctions.
-func Example() {
+func main() {
+	// First the functions: ExactOnce's 16 Lambdas built for linux/arm64
+	// into dist/lambda/<name>/bootstrap (add "xray" after the folder for
+	// Props.Tracing), before the stack refers to them as assets.
+	if err := exactonce.BuildFunctions(".", "dist/lambda"); err != nil {
+		log.Fatal(err)
+	}
+	// The CDK runs in a jsii runtime (a Node.js process): end it when main returns.
+	defer jsii.Close()
+
 	app := awscdk.NewApp(nil)
 	stack := awscdk.NewStack(app, jsii.String("Shop"), nil)
 
@@ -45,9 +56,7 @@ func Example() {
 	pager := awssns.NewTopic(stack, jsii.String("Pager"), nil)
 	eo.AddAlarmAction(awscloudwatchactions.NewSnsAction(pager))
 
-	eo.AddOutputs(stack) // ApiUrl, TableName, EventBusName, …
+	eo.AddOutputs(stack) // ApiUrl, ApiId, TableName, EventBusName, …
 
-	template := app.Synth(nil).GetStackByName(stack.StackName()).Template().(map[string]any)
-	fmt.Println(len(eo.Functions), "functions,", len(eo.Alarms), "alarms,", len(template["Outputs"].(map[string]any)), "outputs")
-	// Output: 15 functions, 18 alarms, 6 outputs
+	app.Synth(nil) // cdk.out/Shop.template.json and the assets, for cdk synth / cdk deploy
 }
