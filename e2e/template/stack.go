@@ -28,6 +28,15 @@ type Function struct {
 	RoleArn   string
 	Timeout   int // seconds (default 3, as Lambda)
 	MemoryMB  int // default 128
+	// How Lambda runs it: Runtime, Handler, Architectures (empty: x86_64),
+	// Tracing (TracingConfig Active), LogFormat (LoggingConfig).
+	Runtime, Handler string
+	Architectures    []string
+	Tracing          bool
+	LogFormat        string
+	// Code is its code: the S3 object key of a zip asset of the cloud
+	// assembly ("" when the code is not an S3 object: ZipFile, ImageUri).
+	Code string
 	// Statements of every policy attached to its role, in template order.
 	Statements []Statement
 }
@@ -149,6 +158,19 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		}
 		f.RoleArn, _ = props["Role"].(string)
 		f.Timeout, f.MemoryMB = num(props["Timeout"], 3), num(props["MemorySize"], 128)
+		f.Runtime, f.Handler = str(props["Runtime"]), str(props["Handler"])
+		for _, a := range asList(props["Architectures"]) {
+			f.Architectures = append(f.Architectures, fmt.Sprint(a))
+		}
+		if tc, ok := props["TracingConfig"].(map[string]any); ok {
+			f.Tracing = tc["Mode"] == "Active"
+		}
+		if lc, ok := props["LoggingConfig"].(map[string]any); ok {
+			f.LogFormat = str(lc["LogFormat"])
+		}
+		if code, ok := props["Code"].(map[string]any); ok {
+			f.Code = str(code["S3Key"])
+		}
 		roleName := f.RoleArn[strings.LastIndex(f.RoleArn, "/")+1:]
 		f.Statements = roleStatements[roleName]
 		if _, dup := s.Functions[name]; dup {
