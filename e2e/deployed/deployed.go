@@ -147,6 +147,9 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	for _, arn := range d.Stack.Secrets {
 		d.Fake.PutSecret(arn, randomText(64))
 	}
+	for name, v := range d.Stack.Parameters {
+		d.Fake.PutParameter(name, v)
+	}
 	if d.Bus, err = eventbus.New(io.Discard); err != nil {
 		return nil, err
 	}
@@ -164,7 +167,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	d.Proxy = &iam.Proxy{Eval: eval, Keys: map[string]*iam.Principal{}, PartitionKeys: partitionKeys,
 		ResourcePolicies: map[string]any{}, Region: template.Region, Account: template.Account, Client: &http.Client{Timeout: 30 * time.Second},
 		Backends: map[string]string{iam.DynamoDB: ddb.Endpoint, iam.Streams: ddb.Endpoint, iam.Events: d.BusFault.URL,
-			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL}}
+			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL, iam.SSM: d.Fake.URL}}
 	d.Proxy.Slow = func(call string, took time.Duration) {
 		o.Log.Warn("slow AWS call", "call", call, "took", took.String())
 	}

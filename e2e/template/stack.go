@@ -17,7 +17,9 @@ type Stack struct {
 	Tables    map[string]Table // by logical id
 	Queues    map[string]Queue // by logical id
 	Secrets   map[string]string
-	Buses     map[string]Bus // by ARN
+	// Parameters are the SSM parameters' values by name.
+	Parameters map[string]string
+	Buses      map[string]Bus // by ARN
 }
 
 // Function is one AWS::Lambda::Function.
@@ -105,7 +107,7 @@ type Bus struct {
 // Model reads the stack from t with names n (StreamArn attributes set).
 func Model(t *Template, n *Names) (*Stack, error) {
 	s := &Stack{Functions: map[string]*Function{}, Tables: map[string]Table{}, Queues: map[string]Queue{},
-		Secrets: map[string]string{}, Buses: map[string]Bus{}}
+		Secrets: map[string]string{}, Buses: map[string]Bus{}, Parameters: map[string]string{}}
 	byLogical := map[string]*Function{}
 	roleStatements := map[string][]Statement{}
 	for _, id := range t.OfType("AWS::IAM::Policy") {
@@ -331,6 +333,13 @@ func Model(t *Template, n *Names) (*Stack, error) {
 	for _, id := range t.OfType("AWS::SQS::Queue") {
 		a := n.Attrs[id]
 		s.Queues[id] = Queue{LogicalID: id, Name: a["QueueName"], URL: a["QueueUrl"], Arn: a["Arn"]}
+	}
+	for _, id := range t.OfType("AWS::SSM::Parameter") {
+		props, err := resolved(n, t.Resources[id])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		s.Parameters[n.Refs[id]] = str(props["Value"])
 	}
 	for _, id := range t.OfType("AWS::SecretsManager::Secret") {
 		s.Secrets[id] = n.Refs[id]

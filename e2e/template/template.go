@@ -119,6 +119,8 @@ func LocalNames(t *Template) *Names {
 		case "AWS::SNS::Topic":
 			name = arn("sns", id)
 			attrs["TopicArn"] = name
+		case "AWS::SSM::Parameter":
+			name = propString(r, "Name", id)
 		case "AWS::ApiGatewayV2::Api":
 			name = strings.ToLower(id)
 			attrs["ApiEndpoint"] = "http://" + name + ".local"
