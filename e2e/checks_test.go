@@ -28,6 +28,7 @@ import (
 	"github.com/exactonce/exactonce/e2e/template"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
 // API callers: sessions of two tenants' roles and of one in no tenant (the
@@ -274,7 +275,7 @@ func (s *suite) waitEvent(detailType, actionID string) error {
 func (s *suite) runAll() {
 	d := s.d
 	if f := d.Stack.Functions["create"]; f != nil {
-		s.tenants = f.Env[config.EnvTenants] != ""
+		s.tenants = f.Env[config.EnvTenants] != "" || f.Env[config.EnvTenantsParameter] != ""
 	}
 	for i, r := range d.Stack.Routes {
 		if r.AuthorizationType == "JWT" {
@@ -824,6 +825,42 @@ func (s *suite) runAll() {
 			}
 			return fmt.Errorf("no message about %s on %s", id, q)
 		})
+	})
+
+	// --- TTL: DynamoDB's deletion of an unfinished action (its stream
+	// record's userIdentity is the DynamoDB service) is its expiry; anyone
+	// else's delete is not.
+	s.check("TTL deletion: its REMOVE record (userIdentity dynamodb.amazonaws.com) publishes action.expired; another delete nothing", func() error {
+		table := s.d.Stack.Functions["create"].Env["TABLE_NAME"]
+		byTTL, byUser := s.id("ttl"), s.id("deleted")
+		for _, id := range []string{byUser, byTTL} {
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u10"}), 201, ""); err != nil {
+				return err
+			}
+		}
+		t := tenant.Default
+		if s.tenants {
+			t = "acme"
+		}
+		out, err := s.d.DB.DeleteItem(s.ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), ReturnValues: types.ReturnValueAllOld,
+			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: tenant.ItemKey(t, byUser)}}})
+		if err != nil {
+			return err
+		}
+		if len(out.Attributes) == 0 {
+			return fmt.Errorf("no item %s in %s to delete", tenant.ItemKey(t, byUser), table)
+		}
+		if err := s.d.ExpireByTTL(s.ctx, table, tenant.ItemKey(t, byTTL)); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.expired", byTTL); err != nil {
+			return fmt.Errorf("%w\n    publisher output: %s", err, tail(s.d.Output("publisher"), 1500))
+		}
+		// The user's delete came first in the stream: it is handled by now.
+		if ev, _ := s.event("action.expired", byUser); ev != nil {
+			return fmt.Errorf("a DeleteItem that is not TTL's published action.expired for %s", byUser)
+		}
+		return nil
 	})
 
 	// --- EventBridge refusing single entries: a non-retryable code sets the

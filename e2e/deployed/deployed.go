@@ -31,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"quamina.net/go/quamina"
@@ -72,6 +73,7 @@ type Deployment struct {
 	xray     map[string]*xrayDaemon     // traced function → its X-Ray daemon
 
 	clockAhead atomic.Int64 // the mappings' clock runs this far ahead (ns)
+	ttl        sync.Map     // partition key → deleted by ExpireByTTL
 
 	mu         sync.Mutex
 	routeHits  map[string]int
@@ -223,11 +225,24 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		d.fns[name] = fn
 	}
 	for _, name := range fnames {
-		// Lambda gives an init 10 s; qemu-user on a busy machine needs more
-		// for a cold process, which is not the code's doing.
-		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		_, err := d.fns[name].Ready(rctx)
-		cancel()
+		// Lambda gives an init 10 s, and the next invocation after a failed
+		// init tries again: three tries here, as qemu-user and the
+		// authorizing proxy on a busy machine make an init slower than the
+		// code makes it. A function that cannot start fails all three.
+		var err error
+		for try := 0; try < 3; try++ {
+			if try > 0 {
+				if err = d.fns[name].Reinit(); err != nil {
+					break
+				}
+			}
+			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			_, err = d.fns[name].Ready(rctx)
+			cancel()
+			if err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("function %s (%s) did not start: %w", name, d.Stack.Functions[name].LogicalID, err)
 		}
@@ -337,6 +352,17 @@ func (d *Deployment) RunSchedule(ctx context.Context, rule template.Rule) error 
 	return nil
 }
 
+// ExpireByTTL deletes an item as DynamoDB's TTL does: the delete, and a
+// stream record whose userIdentity is the DynamoDB service (Type Service,
+// PrincipalId dynamodb.amazonaws.com), which is how a TTL deletion differs
+// from anyone's DeleteItem.
+func (d *Deployment) ExpireByTTL(ctx context.Context, table, key string) error {
+	d.ttl.Store(key, true)
+	_, err := d.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table),
+		Key: map[string]ddbtypes.AttributeValue{"actionId": &ddbtypes.AttributeValueMemberS{Value: key}}})
+	return err
+}
+
 // AgeRecords moves the mappings' clock ahead by by (0: back to now), so
 // records in flight pass MaximumRecordAgeInSeconds without waiting hours.
 func (d *Deployment) AgeRecords(by time.Duration) { d.clockAhead.Store(int64(by)) }
@@ -402,6 +428,13 @@ func (d *Deployment) startMapping(ctx context.Context, m template.Mapping, proxy
 	handle := func(ctx context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
 		var keep lambdaevents.DynamoDBEvent
 		for _, rec := range ev.Records {
+			if rec.EventName == "REMOVE" {
+				for _, k := range rec.Change.Keys {
+					if _, ok := d.ttl.Load(k.String()); ok {
+						rec.UserIdentity = &lambdaevents.DynamoDBUserIdentity{Type: "Service", PrincipalID: "dynamodb.amazonaws.com"}
+					}
+				}
+			}
 			if filter == nil {
 				keep.Records = append(keep.Records, rec)
 				continue

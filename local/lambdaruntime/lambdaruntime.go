@@ -182,6 +182,13 @@ func (f *Function) current() (*process, error) {
 	}
 }
 
+// Reinit starts the bootstrap again when its process exited during init,
+// as Lambda's next invocation does after a failed init.
+func (f *Function) Reinit() error {
+	_, err := f.current()
+	return err
+}
+
 // TimedOut counts the invocations that ran past the timeout.
 func (f *Function) TimedOut() int {
 	f.mu.Lock()
@@ -192,11 +199,14 @@ func (f *Function) TimedOut() int {
 // Ready waits for the function's first poll for work and returns the time
 // from process start to then: what Lambda reports as Init Duration.
 func (f *Function) Ready(ctx context.Context) (time.Duration, error) {
+	f.mu.Lock()
+	p := f.proc
+	f.mu.Unlock()
 	select {
 	case <-f.ready:
 		return f.readyAt.Sub(f.started), nil
-	case <-f.first.exited:
-		return 0, fmt.Errorf("lambdaruntime: the function exited during init (%v):\n%s", f.first.err, f.Output())
+	case <-p.exited:
+		return 0, fmt.Errorf("lambdaruntime: the function exited during init (%v):\n%s", p.err, f.Output())
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}

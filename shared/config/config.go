@@ -47,9 +47,9 @@ const (
 
 // InitFetchTimeout bounds what a cold start reads from other services (the
 // server secret, the tenant map) altogether, so a slow or unreachable
-// service fails the init with a clear error well inside Lambda's 10 s init
-// limit instead of answering 500s.
-const InitFetchTimeout = 5 * time.Second
+// service fails the init with a clear error inside Lambda's 10 s init limit
+// instead of answering 500s.
+const InitFetchTimeout = 8 * time.Second
 
 // Store returns the action store these settings describe.
 func (c Config) Store(db *dynamodb.Client) *store.Store {
