@@ -108,7 +108,7 @@ func (s *suite) need(keys ...string) error {
 			return fmt.Errorf("no step %q", k)
 		}
 		if err := s.step(k, f); err != nil {
-			return err
+			return fmt.Errorf("step %q: %w", k, err)
 		}
 	}
 	return nil
@@ -122,9 +122,6 @@ func (s *suite) step(key string, f func() error) error {
 		return err
 	}
 	err := f()
-	if err != nil {
-		err = fmt.Errorf("step %q: %w", key, err)
-	}
 	s.steps[key] = err
 	return err
 }

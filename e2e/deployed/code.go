@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/exactonce/exactonce/e2e/template"
@@ -143,7 +144,13 @@ func checkFunctions(tpl *template.Template, names *template.Names) (string, map[
 		return "", nil, err
 	}
 	out := map[string]launch{}
-	for name, f := range stack.Functions {
+	order := make([]string, 0, len(stack.Functions))
+	for name := range stack.Functions {
+		order = append(order, name)
+	}
+	sort.Strings(order) // the first problem, the same on every run
+	for _, name := range order {
+		f := stack.Functions[name]
 		dir, err := code.codeDir(f, tmp)
 		if err == nil {
 			err = checkOwnCode(f, dir)
