@@ -24,7 +24,8 @@ func usesExchanges() []exchange {
 		{method: "POST", path: "/actions/m3/consume", body: `{"useId":"d1"}`},
 		{method: "GET", path: "/actions/m1"},
 		{method: "GET", path: "/actions/m1/uses?limit=1"},
-		{method: "GET", path: "/actions/m1/uses?cursor=d1"},
+		{method: "GET", path: "/actions/m1/uses?cursor=MC5kMQ"}, // gate 0, after useId d1: the shape a page's cursor has
+		{method: "GET", path: "/actions/m1/uses?cursor=d1", badRequest: true},
 		{method: "GET", path: "/actions/nope/uses"},
 		{method: "GET", path: "/actions/m1/uses?limit=0", badRequest: true},
 		{method: "POST", path: "/actions/m1/uses/d1/release", headers: []string{"Idempotency-Key", "r1"}},

@@ -2,70 +2,108 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
-// usesReport is what a multi-use action costs: write units of one take
-// and one release by how many uses the item already holds (DynamoDB bills
-// a write by the larger of the item before and after it, in 1 KB units),
-// and the hot item: many clients racing for one action's uses.
+// usesReport is what a multi-use action costs: the write and read units of
+// one take and one release by how many uses the action already holds, and
+// the hot action: one action's takes, spread over its gates, against a
+// per-item write limit.
 type usesReport struct {
 	UseIDBytes int          `json:"useIdBytes"`
 	Rows       []useCostRow `json:"byUsesHeld"`
-	Hot        hotItem      `json:"hotItem"`
+	Hot        hotAction    `json:"hotAction"`
 }
 
 type useCostRow struct {
-	Held         int     `json:"usesHeld"` // after the take, before the release
+	Held         int     `json:"usesHeld"` // before the take
 	TakeUnits    float64 `json:"takeWriteUnits"`
+	TakeReads    float64 `json:"takeReadUnits"`
 	ReleaseUnits float64 `json:"releaseWriteUnits"`
-	DollarsPerM  float64 `json:"dollarsPerMillionTakes"` // the take's write units at the on-demand price
+	DollarsPerM  float64 `json:"dollarsPerMillionTakes"` // the take's units at the on-demand prices
 }
 
-type hotItem struct {
+// hotAction is one action's takes under a per-item write limit.
+type hotAction struct {
 	MaxUses, Clients, Takes, Refused, Held int
+	ItemLimit                              float64 // writes per second any one item takes
 	TakesPerSecond                         float64
+	Ratio                                  float64 // TakesPerSecond / ItemLimit: above 1, the action is spread beyond one item
+	Throttled                              int64   // writes the limit refused (retried by the SDK)
 }
 
-// usesOutcomes adds the multi-use routes to requestsPerOutcome: one
-// request per take, replay, refusal and release.
+// usesOutcomes adds the multi-use routes to requestsPerOutcome. A take is
+// its call's record and one gate write; the first take of an action on an
+// instance also reads the action (its create-time fields are then kept); a
+// release is one gate write and the stamp on the take's record; a keyed
+// release reads the gate and records itself first.
 func usesOutcomes(t *testing.T, env *testkit.Env, call func(route, outcome, method, path, body string, headers ...string) *testkit.Response) {
 	testkit.Do(t, nil, "POST", env.URL+"/actions", `{"actionId":"m1","userId":"u","maxUses":2,"releasable":true}`)
 	const consume, release = "POST /actions/{actionId}/consume", "POST /actions/{actionId}/uses/{useId}/release"
-	call(consume, "used (useId d1)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
-	call(consume, "replayed (useId d1 again)", "POST", "/actions/m1/consume", `{"useId":"d1"}`)
-	call(consume, "replayed (keyed retry)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
-	call(consume, "idempotency_key_reused (the key on another useId)", "POST", "/actions/m1/consume", `{"useId":"d9"}`, "Idempotency-Key", "m1")
-	call(consume, "used (useId d2)", "POST", "/actions/m1/consume", `{"useId":"d2"}`)
-	call(consume, "no_uses_left", "POST", "/actions/m1/consume", `{"useId":"d3"}`)
+	call(consume, "used (useId d1; the instance's first take of the action: GetItem + record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
+	call(consume, "replayed (useId d1 again: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`)
+	call(consume, "replayed (keyed re-send: its record + a read of the gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
+	call(consume, "idempotency_key_reused (the key on another useId: its record)", "POST", "/actions/m1/consume", `{"useId":"d9"}`, "Idempotency-Key", "m1")
+	call(consume, "used (useId d2: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d2"}`)
+	call(consume, "no_uses_left (record + gate)", "POST", "/actions/m1/consume", `{"useId":"d3"}`)
 	call(consume, "invalid_request (no useId on a multi-use action: the failed write tells)", "POST", "/actions/m1/consume", `{}`)
-	call(release, "released", "POST", "/actions/m1/uses/d1/release", ``)
-	call(release, "already_released", "POST", "/actions/m1/uses/d1/release", ``)
-	call(release, "use_not_found", "POST", "/actions/m1/uses/nobody/release", ``)
-	call(release, "not_releasable (a single-use action)", "POST", "/actions/r1/uses/d1/release", ``)
-	call("GET /actions/{actionId}/uses", "ok", "GET", "/actions/m1/uses", "")
+	call(release, "released (gate + the take's record)", "POST", "/actions/m1/uses/d1/release", ``)
+	call(release, "released (keyed: a read of the gate + its record + gate + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, "Idempotency-Key", "r2")
+	call(release, "replayed (keyed re-send: its record)", "POST", "/actions/m1/uses/d2/release", ``, "Idempotency-Key", "r2")
+	call(release, "use_not_found (released already: the gate)", "POST", "/actions/m1/uses/d1/release", ``)
+	call(release, "use_not_found (never taken: the gate)", "POST", "/actions/m1/uses/nobody/release", ``)
+	call(release, "not_releasable (a single-use action: its read)", "POST", "/actions/r1/uses/d1/release", ``)
+	call("GET /actions/{actionId}", "ok (a multi-use action: GetItem + its gates)", "GET", "/actions/m1", "")
+	call("GET /actions/{actionId}/uses", "ok (GetItem + its gates + their records)", "GET", "/actions/m1/uses", "")
 }
 
-// usesCost measures the take that brings the uses held to each of sizes,
-// and the release from there (36-byte useIds, no Idempotency-Key), and the
-// hot item.
-func usesCost(t *testing.T, env *testkit.Env, sizes ...int) usesReport {
-	ctx := context.Background()
+// usesLimits are the requests each multi-use outcome may take, by label.
+func usesLimit(outcome string) (int, bool) {
+	switch {
+	case strings.HasPrefix(outcome, "used (useId d1; the instance's first"):
+		return 3, true
+	case strings.HasPrefix(outcome, "released (keyed"):
+		return 4, true
+	case strings.HasPrefix(outcome, "ok (GetItem + its gates + their records)"):
+		return 3, true
+	case strings.HasPrefix(outcome, "used"), strings.HasPrefix(outcome, "replayed ("), strings.HasPrefix(outcome, "no_uses_left ("),
+		strings.HasPrefix(outcome, "released ("), strings.HasPrefix(outcome, "ok (a multi-use"):
+		return 2, true
+	}
+	return 0, false
+}
+
+// usesStore is a store on env's table whose requests are metered.
+func usesStore(env *testkit.Env) (*store.Store, *testkit.Capacity) {
 	cfg := config.Local(testkit.Endpoint)
 	capacity := testkit.NewCapacity()
 	capacity.Attach(&cfg)
-	st := store.New(dynamodb.NewFromConfig(cfg), env.Table, store.Options{})
+	return store.New(dynamodb.NewFromConfig(cfg), env.Table, store.Options{}), capacity
+}
+
+// usesCost measures the take of one more use, and its release, when an
+// action of a million uses holds each of sizes (36-byte useIds, a keyed
+// take: its record and its gate), the uses before it taken 32 at a time.
+func usesCost(t *testing.T, env *testkit.Env, sizes ...int) usesReport {
+	ctx := context.Background()
+	st, capacity := usesStore(env)
 	now := time.Now()
 	useID := func(i int) string { return fmt.Sprintf("device-%029d", i) } // 36 bytes, a UUID's length
 	out := usesReport{UseIDBytes: len(useID(0))}
@@ -74,29 +112,47 @@ func usesCost(t *testing.T, env *testkit.Env, sizes ...int) usesReport {
 	if _, err := st.Create(ctx, a, nil); err != nil {
 		t.Fatal(err)
 	}
-	take := func(i int) {
-		if _, err := st.Take(ctx, a.ID, store.Take{UseID: useID(i), Now: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
+	take := func(i int) error {
+		w := action.Write{Key: fmt.Sprintf("%064x", i), Fingerprint: "kid:" + strings.Repeat("f", 64)}
+		_, err := st.Take(ctx, a.ID, store.Take{UseID: useID(i), Write: w, Fingerprints: []string{w.Fingerprint}, Now: time.Now()})
+		return err
 	}
 	held := 0
 	for _, n := range sizes {
-		for ; held < n-1; held++ {
-			take(held)
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		sem := make(chan struct{}, 32)
+		for ; held < n; held++ {
+			sem <- struct{}{}
+			i := held
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := take(i); err != nil {
+					failed.Store(err)
+				}
+			})
+		}
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			t.Fatalf("filling to %d uses: %v", n, err)
+		}
+		if got, err := st.Get(ctx, "", a.ID); err != nil || got.UsesHeld != n {
+			t.Fatalf("holding %d uses: %v, %v", n, got, err)
 		}
 		capacity.Take()
-		take(held) // measured: the take of use n
-		row := useCostRow{Held: n, TakeUnits: units(capacity.Take())}
-		if _, err := st.Release(ctx, a.ID, store.Release{UseID: useID(held), Now: time.Now()}); err != nil {
+		one := 2*action.MaxUsesLimit + n  // a useId and key of its own
+		if err := take(one); err != nil { // measured: one more take
+			t.Fatal(err)
+		}
+		w, _, r := splitUnits(capacity.Take())
+		row := useCostRow{Held: n, TakeUnits: w, TakeReads: r}
+		if _, err := st.Release(ctx, a.ID, store.Release{UseID: useID(one), Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		row.ReleaseUnits = units(capacity.Take())
-		take(held) // held again (a retake after the release), not measured
-		held++
-		row.DollarsPerM = row.TakeUnits * Prices.DynamoWRUPerMillion
+		row.DollarsPerM = w*Prices.DynamoWRUPerMillion + r*Prices.DynamoRRUPerMillion
 		out.Rows = append(out.Rows, row)
 	}
-	out.Hot = hot(t, st)
 	return out
 }
 
@@ -105,75 +161,118 @@ func units(ops map[string]testkit.Units) float64 {
 	return w
 }
 
-// hot races 64 clients, each with its own useIds, for the 100 uses of one
-// action until none is left, and checks that exactly 100 were taken.
-func hot(t *testing.T, st *store.Store) hotItem {
+// hot races clients, each with its own useIds, for the maxUses uses of one
+// action until none is left, while DynamoDB (through the fault proxy) takes
+// at most itemLimit writes a second to any one item, as a partition takes
+// at most 1,000: exactly maxUses must be taken, and the action serves
+// TakesPerSecond / itemLimit times what one item could.
+func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
 	ctx := context.Background()
+	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cfg := config.Local(p.URL)
+	cfg.Retryer = func() aws.Retryer { // throttled writes back off and retry, as the SDK does (without its retry quota: one client stands for many Lambdas here)
+		return retry.AddWithMaxAttempts(retry.AddWithMaxBackoffDelay(retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None }), 100*time.Millisecond), 20)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	table := "hot-" + strings.ReplaceAll(t.Name(), "/", "-")
+	if err := store.CreateTable(ctx, dynamodb.NewFromConfig(config.Local(testkit.Endpoint)), table); err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(db, table, store.Options{})
 	now := time.Now()
-	h := hotItem{MaxUses: 100, Clients: 64}
-	a := &action.Action{ID: "hot", UserID: "u", ActiveAt: action.Millis(now.Add(-time.Minute)), ExpiresAt: action.Millis(now.Add(time.Hour)),
-		CreatedAt: action.Millis(now), MaxUses: h.MaxUses}
+	h := hotAction{MaxUses: maxUses, Clients: clients, ItemLimit: itemLimit}
+	a := &action.Action{ID: fmt.Sprintf("hot-%d-%d", maxUses, int(itemLimit*10)), UserID: "u", ActiveAt: action.Millis(now.Add(-time.Minute)), ExpiresAt: action.Millis(now.Add(time.Hour)),
+		CreatedAt: action.Millis(now), MaxUses: maxUses}
 	if _, err := st.Create(ctx, a, nil); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
+	if _, err := st.Take(ctx, a.ID, store.Take{UseID: "warm", Now: time.Now()}); err != nil { // the instance reads the action once
+		t.Fatal(err)
+	}
+	if itemLimit > 0 {
+		p.LimitItemWrites(itemLimit)
+	}
+	var taken, refused atomic.Int32
 	var wg sync.WaitGroup
 	start := time.Now()
-	for c := range h.Clients {
+	for c := range clients {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				_, err := st.Take(ctx, a.ID, store.Take{UseID: fmt.Sprintf("c%d-%d", c, i), Now: time.Now()})
-				mu.Lock()
-				if err == nil {
-					h.Takes++
-				} else {
-					h.Refused++
+				var rej *action.Rejection
+				switch {
+				case err == nil:
+					taken.Add(1)
+					continue
+				case errors.As(err, &rej) && rej.Code == action.CodeNoUsesLeft:
+					refused.Add(1)
+				default:
+					t.Errorf("hot action: %v", err)
 				}
-				mu.Unlock()
-				if err != nil {
-					if rej, ok := err.(*action.Rejection); !ok || rej.Code != action.CodeNoUsesLeft {
-						t.Errorf("hot item: %v", err)
-					}
-					return
-				}
+				return
 			}
 		})
 	}
 	wg.Wait()
-	h.TakesPerSecond = float64(h.Takes+h.Refused) / time.Since(start).Seconds()
+	el := time.Since(start)
+	p.LimitItemWrites(0)
+	h.Takes, h.Refused, h.Throttled = int(taken.Load())+1, int(refused.Load()), p.Counts().HotItem
+	h.TakesPerSecond = float64(h.Takes-1) / el.Seconds()
+	if itemLimit > 0 {
+		h.Ratio = h.TakesPerSecond / itemLimit
+	}
 	got, err := st.Get(ctx, "", a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.Held = got.UsesHeld
-	if h.Takes != h.MaxUses || h.Held != h.MaxUses || len(got.HeldUses()) != h.MaxUses {
-		t.Errorf("hot item: %d takes answered, %d held, %d stored; want %d", h.Takes, h.Held, len(got.HeldUses()), h.MaxUses)
+	if h.Takes != maxUses || h.Held != maxUses || h.Refused != clients {
+		t.Errorf("hot action: %d takes answered, %d held, %d refused; want %d, %d, %d", h.Takes, h.Held, h.Refused, maxUses, maxUses, clients)
 	}
 	return h
 }
 
 func (u usesReport) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Multi-use actions: write units of one use by uses held (%d-byte useIds, no Idempotency-Key; $%.3f per million write units)\n\n", u.UseIDBytes, Prices.DynamoWRUPerMillion)
-	b.WriteString("| uses held (after the take) | take (write units) | release (write units) | $ per million takes |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Multi-use actions: one take and one release by uses held (an action of %d uses; %d-byte useIds, keyed takes; $%.3f per million write units, $%.3f per million read units)\n\n",
+		action.MaxUsesLimit, u.UseIDBytes, Prices.DynamoWRUPerMillion, Prices.DynamoRRUPerMillion)
+	b.WriteString("| uses held (before the take) | take (write units) | take (read units) | release (write units) | $ per million takes |\n|---|---|---|---|---|\n")
 	for _, r := range u.Rows {
-		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.2f |\n", r.Held, r.TakeUnits, r.ReleaseUnits, r.DollarsPerM)
+		fmt.Fprintf(&b, "| %d | %.0f | %.1f | %.0f | %.2f |\n", r.Held, r.TakeUnits, r.TakeReads, r.ReleaseUnits, r.DollarsPerM)
 	}
 	h := u.Hot
-	fmt.Fprintf(&b, "\nHot item: %d clients racing for the %d uses of one action: %d taken, %d refused (no_uses_left), %d held at the end; %.0f requests/s on DynamoDB Local.\n",
-		h.Clients, h.MaxUses, h.Takes, h.Refused, h.Held, h.TakesPerSecond)
+	if h.Takes == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "\nHot action: %d clients racing for the %d uses of one action while no item takes more than %.0f writes/s (the fault proxy answers a hot item as DynamoDB does): %d taken, %d refused (no_uses_left), %d held at the end, %d writes throttled and retried; %.0f takes/s = %.1f× what one item allows.\n",
+		h.Clients, h.MaxUses, h.ItemLimit, h.Takes, h.Refused, h.Held, h.Throttled, h.TakesPerSecond, h.Ratio)
 	return b.String()
 }
 
-// TestUsesCost prints what a multi-use action's use costs by item size (up
-// to 100 uses; make bench's TestReport goes to 1,000) and the hot item.
+// TestUsesCost: a take and a release cost the same write units at 1 and
+// 1,000 uses held (make bench's TestReport goes to 100,000 and prints the
+// hot action under a limit of 100 writes/s per item), and one action is not
+// bound by one item's write limit: on this machine, whatever its speed,
+// with the limit set 20 times below what the machine takes unthrottled,
+// the action still serves at least 5 times the limit, exactly its uses.
 func TestUsesCost(t *testing.T) {
 	env := testkit.NewEnv(t)
-	u := usesCost(t, env, 1, 10, 100)
-	for i := 1; i < len(u.Rows); i++ {
-		if u.Rows[i].TakeUnits < u.Rows[i-1].TakeUnits {
-			t.Errorf("a take got cheaper as the item grew: %+v", u.Rows)
+	u := usesCost(t, env, 1, 1000)
+	free := hot(t, 3000, 64, 0)
+	limit := max(1, free.TakesPerSecond/20)
+	u.Hot = hot(t, 3000, 64, limit)
+	t.Log(u.markdown())
+	t.Logf("unthrottled: %.0f takes/s; with every item held to %.1f writes/s: %.0f takes/s (%.1f× the limit)", free.TakesPerSecond, limit, u.Hot.TakesPerSecond, u.Hot.Ratio)
+	for _, r := range u.Rows {
+		if r.TakeUnits != u.Rows[0].TakeUnits || r.TakeUnits > 2 || r.ReleaseUnits > 2 {
+			t.Errorf("at %d uses held a take costs %.1f write units and a release %.1f: want at most 2, the same at any N", r.Held, r.TakeUnits, r.ReleaseUnits)
 		}
 	}
-	t.Log(u.markdown())
+	if u.Hot.Ratio < 5 {
+		t.Errorf("one action served %.1f× what one item allows, want at least 5×", u.Hot.Ratio)
+	}
 }

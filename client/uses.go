@@ -24,8 +24,9 @@ type Use struct {
 	UsedAt time.Time `json:"usedAt"`
 }
 
-// UsePage is one page of an action's held uses, in useId order; Cursor is
-// "" on the last page.
+// UsePage is one page of an action's held uses (by capacity shard, in
+// useId order within one: an action of up to 24 uses lists in useId
+// order); Cursor, opaque, is "" on the last page.
 type UsePage struct {
 	Uses   []Use  `json:"uses"`
 	Cursor string `json:"cursor,omitempty"`
@@ -34,13 +35,16 @@ type UsePage struct {
 // TakeUse takes one use of a multi-use action for useID (a device, a
 // customer, an order). The same useID again answers its first take (same
 // UsedAt), never a second use; when every use is held a new useID gets
-// ErrNoUsesLeft.
+// ErrNoUsesLeft. The answer has MaxUses but no UsesHeld (GetAction has
+// the count).
 func (c *Client) TakeUse(ctx context.Context, id, useID, reason string) (*Action, error) {
 	return c.Consume(ctx, id, ConsumeInput{UseID: useID, Reason: reason})
 }
 
-// ReleaseUse gives useID's use of a releasable action back; releasing it
-// again answers the first release. ErrUseNotFound, ErrNotReleasable.
+// ReleaseUse gives useID's use of a releasable action back. The call is
+// retried under its one Idempotency-Key, so a retry answers the first
+// release (Replayed); a new call for a useID that holds no use (never
+// taken, or released already) is ErrUseNotFound. ErrNotReleasable.
 func (c *Client) ReleaseUse(ctx context.Context, id, useID string) (*UseRelease, error) {
 	return postFor[UseRelease](ctx, c, "/actions/"+seg(id)+"/uses/"+seg(useID)+"/release", struct{}{})
 }

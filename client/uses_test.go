@@ -19,9 +19,9 @@ func TestUses(t *testing.T) {
 	if _, err := c.CreateAction(ctx, client.CreateInput{ActionID: "lic", UserID: "acme", MaxUses: 3, Releasable: true, Payload: "K-1"}); err != nil {
 		t.Fatal(err)
 	}
-	for i, dev := range []string{"laptop", "phone", "tablet"} {
+	for _, dev := range []string{"laptop", "phone", "tablet"} {
 		a, err := c.TakeUse(ctx, "lic", dev, "activate")
-		if err != nil || a.UseID != dev || a.UsedAt == nil || *a.UsesHeld != i+1 || *a.UsesRemaining != 2-i || string(a.Payload) != `"K-1"` {
+		if err != nil || a.UseID != dev || a.UsedAt == nil || a.UsesHeld != nil || *a.MaxUses != 3 || string(a.Payload) != `"K-1"` {
 			t.Fatalf("take %s: %+v %v", dev, a, err)
 		}
 	}
@@ -34,14 +34,14 @@ func TestUses(t *testing.T) {
 	if err != nil || r.UseID != "phone" || r.ReleasedAt.IsZero() || !r.Replayed {
 		t.Fatalf("release (first answer lost, so the retry's is a replay): %+v %v", r, err)
 	}
-	if a, err := c.TakeUse(ctx, "lic", "desktop", ""); err != nil || *a.UsesHeld != 3 {
+	if a, err := c.TakeUse(ctx, "lic", "desktop", ""); err != nil || a.UseID != "desktop" {
 		t.Fatalf("desktop after the release: %+v %v", a, err)
 	}
 	if _, err := c.ReleaseUse(ctx, "lic", "nobody"); !errors.Is(err, client.ErrUseNotFound) {
 		t.Fatalf("release of nobody: %v", err)
 	}
 	p, err := c.ListUses(ctx, "lic", "", 2)
-	if err != nil || len(p.Uses) != 2 || p.Cursor != "laptop" {
+	if err != nil || len(p.Uses) != 2 || p.Uses[0].UseID != "desktop" || p.Uses[1].UseID != "laptop" || p.Cursor == "" {
 		t.Fatalf("page 1: %+v %v", p, err)
 	}
 	if p, err = c.ListUses(ctx, "lic", p.Cursor, 2); err != nil || len(p.Uses) != 1 || p.Uses[0].UseID != "tablet" || p.Cursor != "" {

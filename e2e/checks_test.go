@@ -570,14 +570,17 @@ func (s *suite) runAll() {
 			return err
 		}
 		laptopAt = r.str("usedAt")
-		if r.str("useId") != "laptop" || laptopAt == "" || r.body["usesHeld"] != 1.0 || !strings.Contains(r.raw, "LIC-E2E") {
+		if r.str("useId") != "laptop" || laptopAt == "" || r.body["maxUses"] != 2.0 || !strings.Contains(r.raw, "LIC-E2E") {
 			return fmt.Errorf("first take: %s", truncate(r.raw))
 		}
-		if r := s.call(a, "POST", p, map[string]any{"useId": "phone"}); r.status != 200 || r.body["usesHeld"] != 2.0 || r.body["usesRemaining"] != 0.0 {
+		if r := s.call(a, "POST", p, map[string]any{"useId": "phone"}); r.status != 200 || r.str("useId") != "phone" {
 			return fmt.Errorf("second take: %d %s", r.status, truncate(r.raw))
 		}
-		if r := s.call(a, "POST", p, map[string]any{"useId": "laptop"}); r.status != 200 || r.str("usedAt") != laptopAt || r.body["usesHeld"] != 1.0 {
-			return fmt.Errorf("repeated take is not its first answer (usedAt %s, usesHeld 1): %d %s", laptopAt, r.status, truncate(r.raw))
+		if r := s.call(a, "GET", "/actions/"+seats, nil); r.body["usesHeld"] != 2.0 || r.body["usesRemaining"] != 0.0 {
+			return fmt.Errorf("GET after two takes (usesHeld 2, usesRemaining 0): %s", truncate(r.raw))
+		}
+		if r := s.call(a, "POST", p, map[string]any{"useId": "laptop"}); r.status != 200 || r.str("usedAt") != laptopAt || r.str("useId") != "laptop" {
+			return fmt.Errorf("repeated take is not its first answer (usedAt %s): %d %s", laptopAt, r.status, truncate(r.raw))
 		}
 		r = s.call(a, "POST", p, map[string]any{"useId": "desktop"})
 		if err := expect(r, 409, "no_uses_left"); err != nil {
@@ -588,27 +591,31 @@ func (s *suite) runAll() {
 		}
 		return nil
 	})
-	s.checkStep("multi-use: release 200, a repeat the same; the freed use is taken", "release", func() error {
+	s.checkStep("multi-use: release 200, its keyed re-send the same, an unkeyed repeat 404; the freed use is taken", "release", func() error {
 		if err := s.need("takes"); err != nil {
 			return err
 		}
 		p := "/actions/" + seats + "/uses/phone/release"
-		r1 := s.call(a, "POST", p, nil)
+		key := s.id("release-phone")
+		r1 := s.call(a, "POST", p, nil, "Idempotency-Key", key)
 		if err := expect(r1, 200, ""); err != nil {
 			return err
 		}
 		if r1.str("useId") != "phone" || r1.str("releasedAt") == "" {
 			return fmt.Errorf("release: %s", truncate(r1.raw))
 		}
-		if r2 := s.call(a, "POST", p, nil); r2.status != 200 || r2.str("releasedAt") != r1.str("releasedAt") {
-			return fmt.Errorf("repeated release %d %s, first %s", r2.status, truncate(r2.raw), r1.raw)
+		if r2 := s.call(a, "POST", p, nil, "Idempotency-Key", key); r2.status != 200 || r2.str("releasedAt") != r1.str("releasedAt") {
+			return fmt.Errorf("keyed re-sent release %d %s, first %s", r2.status, truncate(r2.raw), r1.raw)
+		}
+		if err := expect(s.call(a, "POST", p, nil), 404, "use_not_found"); err != nil {
+			return fmt.Errorf("unkeyed repeat of a release: %w", err)
 		}
 		r := s.call(a, "POST", "/actions/"+seats+"/consume", map[string]any{"useId": "desktop"})
 		if err := expect(r, 200, ""); err != nil {
 			return err
 		}
-		if r.body["usesHeld"] != 2.0 {
-			return fmt.Errorf("take after the release: %s", truncate(r.raw))
+		if r := s.call(a, "GET", "/actions/"+seats, nil); r.body["usesHeld"] != 2.0 {
+			return fmt.Errorf("GET after the take that followed the release (usesHeld 2): %s", truncate(r.raw))
 		}
 		return nil
 	})

@@ -72,9 +72,13 @@ type Expired struct {
 // that takes a use again after a release is a new transition (new eventId).
 type Used struct {
 	Common
-	UseID    string `json:"useId"`
-	UsedAt   string `json:"usedAt"`
-	UsesHeld int    `json:"usesHeld"` // right after this use was taken
+	UseID  string `json:"useId"`
+	UsedAt string `json:"usedAt"`
+	// UsesHeld is no longer sent (0): an action's uses are spread over
+	// several items, so no write knows the total; GET /actions/{id} has it.
+	//
+	// Deprecated: read usesHeld from GET /actions/{actionId}.
+	UsesHeld int    `json:"usesHeld,omitempty"`
 	MaxUses  int    `json:"maxUses"`
 	Reason   string `json:"reason,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
@@ -37,6 +39,10 @@ func main() {
 	}
 	p := publish.New(eventbridge.NewFromConfig(awsCfg), bus, source, app.Logger())
 	p.Metrics = telemetry.New(os.Stdout)
+	// Use events read the action and the take's record from the table.
+	if table := os.Getenv(config.EnvTable); table != "" {
+		p.Uses = store.New(dynamodb.NewFromConfig(awsCfg), table, store.Options{})
+	}
 	if queue != "" {
 		q := sqs.NewFromConfig(awsCfg)
 		p.SetAside = func(ctx context.Context, a publish.Aside) error {

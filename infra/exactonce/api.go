@@ -41,9 +41,9 @@ type Route struct {
 var Routes = []Route{
 	// create reads the user index and the user's items only to supersede.
 	{"create", awsapigatewayv2.HttpMethod_POST, "/actions", []string{"dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, true, false, true},
-	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem"}, false, false, false},
-	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem"}, true, false, false},
-	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem"}, true, false, false},
+	{"get", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem"}, false, false, false},
+	{"consume", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/consume", []string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, true, false, false},
+	{"cancel", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/cancel", []string{"dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, true, false, false},
 	{"keyclaim", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/claim", []string{"dynamodb:UpdateItem"}, true, true, false},
 	{"keycomplete", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/complete", []string{"dynamodb:UpdateItem"}, true, true, false},
 	{"keyrelease", awsapigatewayv2.HttpMethod_POST, "/keys/{key}/release", []string{"dynamodb:UpdateItem"}, true, true, false},
@@ -54,8 +54,8 @@ var Routes = []Route{
 	// Multi-use actions: a release is one conditional write (the secret
 	// keys its Idempotency-Key digest and fingerprint); the list reads the
 	// item (never a body, PIN or payload: no secret).
-	{"userelease", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/uses/{useId}/release", []string{"dynamodb:UpdateItem"}, true, false, false},
-	{"uselist", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}/uses", []string{"dynamodb:GetItem"}, false, false, false},
+	{"userelease", awsapigatewayv2.HttpMethod_POST, "/actions/{actionId}/uses/{useId}/release", []string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, true, false, false},
+	{"uselist", awsapigatewayv2.HttpMethod_GET, "/actions/{actionId}/uses", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem"}, false, false, false},
 }
 
 // Api is the HTTP API (IAM or JWT on every route), its access logs and

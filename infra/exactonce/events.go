@@ -13,6 +13,7 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/exactonce/exactonce/shared/publish"
+	"github.com/exactonce/exactonce/shared/store"
 )
 
 // EventPipeline is how events leave ExactOnce: the table's stream → the
@@ -65,11 +66,15 @@ func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.ITab
 		"EVENT_BUS_NAME":       bus.EventBusName(),
 		"EVENT_SOURCE":         jsii.String(b.EventSource),
 		"ON_FAILURE_QUEUE_URL": onFailure.QueueUrl(),
+		"TABLE_NAME":           table.TableName(),
 	}, publisherMemory, publisherTimeout)
 	if b.ReservedConcurrency > 0 {
 		publisher.reserve(float64(b.ReservedConcurrency))
 	}
 	publisher.allow([]string{"events:PutEvents"}, bus.EventBusArn())
+	// A use's event reads its take's record and its action (the gate's
+	// stream record names them): one BatchGetItem for a batch.
+	publisher.allow([]string{"dynamodb:BatchGetItem"}, table.TableArn())
 	hasUserID := func(image string) *map[string]any {
 		return awslambda.FilterCriteria_Filter(&map[string]any{
 			"dynamodb": map[string]any{image: map[string]any{"userId": map[string]any{"S": awslambda.FilterRule_Exists()}}},
@@ -82,7 +87,10 @@ func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.ITab
 		MaxRecordAge:            awscdk.Duration_Seconds(jsii.Number(publish.MappingMaxRecordAge.Seconds())),
 		ReportBatchItemFailures: jsii.Bool(true),
 		OnFailure:               awslambdaeventsources.NewSqsDlq(onFailure),
-		Filters:                 &[]*map[string]any{hasUserID("NewImage"), hasUserID("OldImage")},
+		// A multi-use action's gates (their uses taken and released) too.
+		Filters: &[]*map[string]any{hasUserID("NewImage"), hasUserID("OldImage"), awslambda.FilterCriteria_Filter(&map[string]any{
+			"dynamodb": map[string]any{"Keys": map[string]any{"actionId": map[string]any{"S": awslambda.FilterRule_BeginsWith(jsii.String(store.GatePrefix))}}},
+		})},
 	})
 	publisher.Function.AddEventSource(source)
 	// CDK accepts retryAttempts 0..10000 only; -1 (until the record age
@@ -107,7 +115,7 @@ func republishFunction(b *build, scope constructs.Construct, table awsdynamodb.I
 		"EVENT_BUS_NAME": bus.EventBusName(),
 		"EVENT_SOURCE":   jsii.String(b.EventSource),
 	}, republishMemory, republishTimeout)
-	fn.allow([]string{"dynamodb:Scan"}, table.TableArn())
+	fn.allow([]string{"dynamodb:Scan", "dynamodb:BatchGetItem"}, table.TableArn())
 	fn.allow([]string{"events:PutEvents"}, bus.EventBusArn())
 	return fn
 }

@@ -20,9 +20,11 @@ func TestEventPlumbing(t *testing.T) {
 			"MaximumRetryAttempts":       `-1`,
 			"MaximumRecordAgeInSeconds":  `82800`,
 			"FunctionResponseTypes":      `["ReportBatchItemFailures"]`,
-			// Key items (key#…) never invoke the publisher: only action images carry userId.
+			// Key items (key#…) and use records (ur#…) never invoke the publisher:
+			// only action images carry userId, and gates (ug#…) carry the uses.
 			"FilterCriteria": `{"Filters":[{"Pattern":"{\"dynamodb\":{\"NewImage\":{\"userId\":{\"S\":[{\"exists\":true}]}}}}"},` +
-				`{"Pattern":"{\"dynamodb\":{\"OldImage\":{\"userId\":{\"S\":[{\"exists\":true}]}}}}"}]}`,
+				`{"Pattern":"{\"dynamodb\":{\"OldImage\":{\"userId\":{\"S\":[{\"exists\":true}]}}}}"},` +
+				`{"Pattern":"{\"dynamodb\":{\"Keys\":{\"actionId\":{\"S\":[{\"prefix\":\"ug#\"}]}}}}"}]}`,
 		} {
 			if got := jsonOf(p[k]); got != want {
 				t.Errorf("%s = %s, want %s", k, got, want)

@@ -190,19 +190,23 @@ func TestLeastPrivilege(t *testing.T) {
 			`Allow "dynamodb:Query" on Actions/index/byUser`},
 		"usercancel": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UsercancelLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:UpdateItem"] on Actions`,
 			`Allow "dynamodb:Query" on Actions/index/byUser`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
-		"get":     {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on GetLogs`, `Allow "dynamodb:GetItem" on Actions`},
-		"uselist": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UselistLogs`, `Allow "dynamodb:GetItem" on Actions`},
-		"userelease": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UsereleaseLogs`, `Allow "dynamodb:UpdateItem" on Actions`,
+		// A multi-use action's uses live on its gates and use records: reading
+		// the action reads its gates (BatchGetItem); a take or a release reads the
+		// record or gate of a re-send (GetItem); a cancel reads the gates it closes.
+		"get":     {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on GetLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:GetItem"] on Actions`},
+		"uselist": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UselistLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:GetItem"] on Actions`},
+		"userelease": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on UsereleaseLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:GetItem","dynamodb:UpdateItem"] on Actions`,
 			`Allow "secretsmanager:GetSecretValue" on ServerSecret`},
-		"consume": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ConsumeLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
-		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow "dynamodb:UpdateItem" on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
-		"publisher": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on PublisherLogs`, `Allow "events:PutEvents" on Bus`,
+		"consume": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on ConsumeLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:GetItem","dynamodb:UpdateItem"] on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
+		"cancel":  {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on CancelLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:UpdateItem"] on Actions`, `Allow "secretsmanager:GetSecretValue" on ServerSecret`},
+		// The publisher reads a gate's use records to name the uses a gate image changed.
+		"publisher": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on PublisherLogs`, `Allow "events:PutEvents" on Bus`, `Allow "dynamodb:BatchGetItem" on Actions`,
 			`Allow ["sqs:GetQueueAttributes","sqs:GetQueueUrl","sqs:SendMessage"] on PublisherOnFailure`,
 			`Allow "dynamodb:ListStreams" on *`,
 			`Allow ["dynamodb:DescribeStream","dynamodb:GetRecords","dynamodb:GetShardIterator"] on Actions`},
 		"sweeper": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on SweeperLogs`, `Allow "dynamodb:Query" on Actions/index/byExpiry`,
 			`Allow ["dynamodb:BatchGetItem","dynamodb:GetItem","dynamodb:UpdateItem"] on Actions`},
-		"republish": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on RepublishLogs`, `Allow "dynamodb:Scan" on Actions`, `Allow "events:PutEvents" on Bus`},
+		"republish": {`Allow ["logs:CreateLogStream","logs:PutLogEvents"] on RepublishLogs`, `Allow ["dynamodb:BatchGetItem","dynamodb:Scan"] on Actions`, `Allow "events:PutEvents" on Bus`},
 	}
 	// The /keys functions reach only idempotency-key items, never an action.
 	keysOnly := ` if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["key#*"]}}`

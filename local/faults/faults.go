@@ -31,6 +31,9 @@ type Rates struct {
 // Counts are the faults injected so far.
 type Counts struct {
 	Requests, Throttled, ServerErrors, Dropped, Unavailable, Conflicts int64
+	// HotItem counts the writes refused because their item was over the
+	// LimitItemWrites rate.
+	HotItem int64
 }
 
 // Proxy forwards to Target, injecting faults into requests whose
@@ -42,12 +45,17 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
-	counts struct{ requests, throttled, serverErrors, dropped, unavailable, conflicts atomic.Int64 }
-	down   atomic.Bool
-	lose   atomic.Bool
-	plan   []fault // the next matching requests' faults (none passes)
-	client *http.Client
-	srv    *http.Server
+	counts struct {
+		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot atomic.Int64
+	}
+	hotMu    sync.Mutex
+	hotRate  float64
+	hotItems map[string]*bucket
+	down     atomic.Bool
+	lose     atomic.Bool
+	plan     []fault // the next matching requests' faults (none passes)
+	client   *http.Client
+	srv      *http.Server
 	// URL is the proxy's endpoint.
 	URL string
 	// entries refuses single PutEvents entries (entries.go).
@@ -77,7 +85,7 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
 		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load(),
-		Conflicts: p.counts.conflicts.Load()}
+		Conflicts: p.counts.conflicts.Load(), HotItem: p.counts.hot.Load()}
 }
 
 // Down makes the target unavailable (true) or available again (false): while
@@ -91,8 +99,8 @@ func (p *Proxy) Lose(lose bool) { p.lose.Store(lose) }
 
 func (p *Proxy) String() string {
 	c := p.Counts()
-	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable, %d write conflicts",
-		c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable, c.Conflicts)
+	return fmt.Sprintf("%d requests: %d throttled, %d 500s, %d dropped after forwarding, %d unavailable, %d write conflicts, %d hot-item throttles",
+		c.Requests, c.Throttled, c.ServerErrors, c.Dropped, c.Unavailable, c.Conflicts, c.HotItem)
 }
 
 type fault int
@@ -146,6 +154,10 @@ func (p *Proxy) pick(r *http.Request) fault {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
+		return
+	}
+	if p.hotItem(r, body) {
+		hotItemError(w)
 		return
 	}
 	f := p.pick(r)

@@ -206,6 +206,7 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 	dead := &streams.DeadLetters{}
 	pub := publish.New(eventbridge.NewFromConfig(ebCfg), LocalBus, events.DefaultSource, o.Log)
 	pub.Metrics = s.Metrics
+	pub.Uses = store.New(s.DB, s.Table, store.Options{})
 	pub.SetAside = func(_ context.Context, a publish.Aside) error { return dead.Add(a) }
 	// The reader mirrors the stack's event source mapping: unlimited
 	// retries up to the record age limit, then the on-failure queue.

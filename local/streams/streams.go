@@ -8,9 +8,12 @@
 package streams
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -21,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // Handler is a Lambda DynamoDB stream handler with batch item failures.
@@ -196,11 +201,16 @@ func (r *Reader) Run(ctx context.Context) error {
 // past its retries, are set aside and the shard goes on. It returns the
 // next iterator (nil when the shard closed).
 func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *string) (*string, bool, error) {
-	out, err := r.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: it, Limit: aws.Int32(r.Batch)})
+	var raw rawRecords
+	out, err := r.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: it, Limit: aws.Int32(r.Batch)}, raw.capture)
 	if err != nil {
 		return it, false, err
 	}
 	recs := out.Records
+	images, err := raw.images(len(recs))
+	if err != nil {
+		return it, false, err
+	}
 	for invokes := 0; len(recs) > 0 && ctx.Err() == nil; {
 		if n := r.tooOld(recs); n > 0 {
 			r.setAside(ctx, "RecordAgeExceeded", invokes, shardID, aws.ToString(arn), recs[:n])
@@ -208,8 +218,11 @@ func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *str
 			continue
 		}
 		ev := lambdaevents.DynamoDBEvent{Records: make([]lambdaevents.DynamoDBEventRecord, len(recs))}
+		skip := len(out.Records) - len(recs)
 		for i, rec := range recs {
 			ev.Records[i] = convert(rec, aws.ToString(arn))
+			ev.Records[i].Change.Keys, ev.Records[i].Change.NewImage, ev.Records[i].Change.OldImage =
+				images[skip+i].Keys, images[skip+i].NewImage, images[skip+i].OldImage
 		}
 		resp, err := r.Handle(ctx, ev)
 		invokes++
@@ -290,6 +303,83 @@ func known(shards []types.Shard, id string) bool {
 		}
 	}
 	return false
+}
+
+// rawRecords keeps the JSON of a GetRecords answer, whose images are read
+// the way Lambda reads them into an event (aws-lambda-go's decoder), once
+// DynamoDB Local's rendering of an empty map attribute is mended: it sends
+// {} where DynamoDB sends {"M":{}}, and the SDK's decoder then shows that
+// attribute with another attribute's value.
+type rawRecords struct{ body []byte }
+
+func (r *rawRecords) capture(o *dynamodbstreams.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("exactonceRawRecords",
+			func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleDeserialize(ctx, in)
+				if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && err == nil && resp.StatusCode == 200 {
+					if r.body, err = io.ReadAll(resp.Body); err == nil {
+						resp.Body = io.NopCloser(bytes.NewReader(r.body))
+					}
+				}
+				return out, md, err
+			}), middleware.After)
+	})
+}
+
+// images returns the n records' keys and images from the raw answer.
+func (r *rawRecords) images(n int) ([]lambdaevents.DynamoDBStreamRecord, error) {
+	var doc struct {
+		Records []struct {
+			Change map[string]json.RawMessage `json:"dynamodb"`
+		}
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		return nil, fmt.Errorf("streams: reading the records' images: %w", err)
+	}
+	if len(doc.Records) != n {
+		return nil, fmt.Errorf("streams: %d records' images for %d records", len(doc.Records), n)
+	}
+	out := make([]lambdaevents.DynamoDBStreamRecord, n)
+	for i, rec := range doc.Records {
+		for _, name := range []string{"Keys", "NewImage", "OldImage"} {
+			var img map[string]any
+			if raw, ok := rec.Change[name]; ok && json.Unmarshal(raw, &img) == nil {
+				for k, v := range img {
+					img[k] = mend(v)
+				}
+				rec.Change[name], _ = json.Marshal(img)
+			}
+		}
+		b, _ := json.Marshal(rec.Change)
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			return nil, fmt.Errorf("streams: reading the records' images: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// mend turns an empty attribute value ({}) into the empty map it stands
+// for, in nested maps and lists too.
+func mend(v any) any {
+	av, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	if len(av) == 0 {
+		return map[string]any{"M": map[string]any{}}
+	}
+	if m, ok := av["M"].(map[string]any); ok {
+		for k, e := range m {
+			m[k] = mend(e)
+		}
+	}
+	if l, ok := av["L"].([]any); ok {
+		for k, e := range l {
+			l[k] = mend(e)
+		}
+	}
+	return av
 }
 
 // convert maps a Streams API record to the Lambda event record shape.

@@ -67,18 +67,11 @@ type Action struct {
 	Payload []byte
 
 	// Multi-use (see uses.go): MaxUses is 0 for a single-use action (the
-	// item holds none of these), else N; UsesHeld counts the uses held;
-	// Uses holds every useId's latest use, held or released; UseKeys maps
-	// the keyed digest of an Idempotency-Key to the useId its consume took;
-	// RelKeys maps it to the release that key made (kept after the useId
-	// takes a use again, so a re-sent keyed release replays, never frees
-	// the later use).
+	// item holds none of these), else N; UsesHeld is how many uses are held
+	// (counted from the action's gates when the store reads it).
 	MaxUses    int
 	Releasable bool
 	UsesHeld   int
-	Uses       map[string]Use
-	UseKeys    map[string]string
-	RelKeys    map[string]KeyedRelease
 
 	// Writes made by each operation, so a retried request is recognised from
 	// the old item alone: the Idempotency-Key and request fingerprint of the

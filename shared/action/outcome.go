@@ -164,7 +164,7 @@ func ClassifyConsume(old *Action, at Attempt) error {
 		}
 		return Reject(CodeAlreadyUsed, old)
 	}
-	if err := closed(old, at); err != nil {
+	if err := Closed(old, at.Now); err != nil {
 		return err
 	}
 	if old.Locked() {

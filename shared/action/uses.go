@@ -1,20 +1,34 @@
 package action
 
 import (
-	"slices"
-	"strings"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"time"
 )
 
-// Multi-use actions (licence seats, limited coupons, group tickets): an
-// action created with maxUses N > 1 (or releasable) lets N callers, each
-// named by a useId, take one use each. A useId takes at most one use and is
-// answered the same way for it forever after; a releasable action's use can
-// be given back, and its useId may take a use again later.
+// Multi-use actions (licence seats, limited coupons, group tickets, a
+// flash-sale coupon of a million uses): an action created with maxUses N > 1
+// (or releasable) lets N callers, each named by a useId, take one use each.
+// A useId holds at most one use at a time; a releasable action's use can be
+// given back, and its useId may take a use again later.
+//
+// Storage (see docs/design.md, "Multi-use actions"): the action's item holds
+// only what its create wrote. Its capacity is spread over gates, small items
+// of at most GateSeats uses each whose capacities add up to exactly maxUses;
+// a useId has a home gate (by a hash of the useId), and a held use is an
+// entry of one gate, keyed by the useId's token, so one conditional write on
+// one gate takes or releases a use, at any N, and a useId can be held at most
+// once. What a take or a release answered is a record of its own (a
+// UseRecord), keyed by the call (its Idempotency-Key, or its request id).
 
-// MaxUsesLimit bounds maxUses: every use is kept on the action's own item,
-// and what a write costs grows with the item (see the README's measurements).
-const MaxUsesLimit = 1000
+// MaxUsesLimit bounds maxUses.
+const MaxUsesLimit = 1_000_000
+
+// GateSeats is the most uses one gate holds: a gate item stays under the
+// 1 KB that one write unit covers (measured with the longest tenant and
+// action ids: see store's gate size test), whatever maxUses is.
+const GateSeats = 24
 
 // Outcome codes of multi-use actions.
 const (
@@ -23,67 +37,168 @@ const (
 	CodeNotReleasable Code = "not_releasable"
 )
 
-// Use is one useId's latest use of a multi-use action.
-type Use struct {
-	At time.Time
-	// N is how many uses were held right after this one was taken, so its
-	// answer (usesHeld, usesRemaining) replays exactly.
-	N      int
-	Reason string
-	// Write is the consume's Idempotency-Key digest and fingerprint (empty
-	// without a key: the useId alone identifies the use).
-	Write      Write
-	ReleasedAt time.Time
-	Release    Write // the release's key digest and fingerprint, as Write
-}
-
-// KeyedRelease is what a keyed release freed, kept under its key's digest:
-// the useId, the use's take time, the release time and the release's
-// fingerprint (digests only, never the key).
-type KeyedRelease struct {
-	UseID       string
-	At          time.Time
-	ReleasedAt  time.Time
-	Fingerprint string
-}
-
-// Held reports whether the use is held (not released).
-func (u Use) Held() bool { return u.ReleasedAt.IsZero() }
-
-// HeldUse is a held use and its useId, as listings show it.
-type HeldUse struct {
-	ID string
-	At time.Time
-}
-
 // MultiUse reports whether a is a multi-use action (consumes name a useId).
 // A single-use action stores none of the multi-use fields.
 func (a *Action) MultiUse() bool { return a.MaxUses > 0 }
 
-// UsesRemaining is how many more uses a multi-use action can hold now.
-func (a *Action) UsesRemaining() int { return max(a.MaxUses-a.UsesHeld, 0) }
+// Gates is how many gates an action of maxUses uses has.
+func Gates(maxUses int) int { return (maxUses + GateSeats - 1) / GateSeats }
 
-// HeldUses lists the held uses in useId order.
-func (a *Action) HeldUses() []HeldUse {
-	out := make([]HeldUse, 0, a.UsesHeld)
-	for id, u := range a.Uses {
-		if u.Held() {
-			out = append(out, HeldUse{ID: id, At: u.At})
-		}
+// GateCap is the capacity of gate i of an action of maxUses uses: the uses
+// are split as evenly as they go, so the capacities add up to maxUses.
+func GateCap(maxUses, i int) int {
+	g := Gates(maxUses)
+	c := maxUses / g
+	if i < maxUses%g {
+		c++
 	}
-	slices.SortFunc(out, func(x, y HeldUse) int { return strings.Compare(x.ID, y.ID) })
-	return out
+	return c
 }
 
-// AsUsed is a as the take of use u answered: every later change (other
-// uses, a release, a cancellation) left out, so a repeated take answers
-// byte for byte as the first.
-func (a *Action) AsUsed(u Use) *Action {
-	c := *a
-	c.CanceledAt, c.CancelReason, c.ExpiredAt = time.Time{}, "", time.Time{}
-	c.UsesHeld = u.N
-	return &c
+// UseToken names a useId in a gate: 11 characters (64 bits of SHA-256), the
+// same for every take of the useId, so a gate holds a useId at most once.
+// It is a hash of an id, not of a secret.
+func UseToken(useID string) string {
+	sum := sha256.Sum256([]byte("use\x00" + useID))
+	return base64.RawURLEncoding.EncodeToString(sum[:8])
 }
+
+// HomeGate is the gate a useId's take goes to first.
+func HomeGate(token string, gates int) int {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) < 8 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint64(b) % uint64(gates))
+}
+
+// ProbeStep is how far apart the gates a useId tries after its home gate
+// are (gate home + k·step for k = 1, 2, …, every gate once): a step of its
+// own, from another part of its token, so the takes of a nearly full
+// action spread over the gates left instead of crowding the ones just
+// after the full ones (as one step for all would).
+func ProbeStep(token string, gates int) int {
+	if gates < 3 {
+		return 1
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) < 8 {
+		return 1
+	}
+	step := 1 + int(binary.BigEndian.Uint32(b[4:])%uint32(gates-1))
+	for gcd(step, gates) != 1 {
+		step = step%(gates-1) + 1
+	}
+	return step
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// UseRef names the call that took or released a use: its Idempotency-Key
+// when it sent one (the keyed digest), else its request id. A record of the
+// call is kept under RefHash(ref).
+func UseRef(op string, w Write) string {
+	if w.Key != "" {
+		return op + "k" + w.Key
+	}
+	return op + "r" + w.RequestID
+}
+
+// RefHash is the 12-character name of a call's record (72 bits of
+// SHA-256 of its ref).
+func RefHash(ref string) string {
+	sum := sha256.Sum256([]byte(ref))
+	return base64.RawURLEncoding.EncodeToString(sum[:9])
+}
+
+// Op prefixes of UseRef: a key is scoped to one operation.
+const (
+	OpTake    = "t"
+	OpRelease = "x"
+)
+
+// Entry is a held use in its gate: the record of the take that holds it,
+// and when that take's write committed.
+type Entry struct {
+	Ref string    // RefHash of the take
+	At  time.Time // usedAt: the time the gate write carried
+}
+
+// Gate is one gate of a multi-use action as read from the table.
+type Gate struct {
+	Index     int
+	CreatedAt time.Time // the action's createdAt: a gate of an earlier action of the same id is stale
+	Cap       int
+	Held      int // entries held (Entries may list only some: a read of one useId's entry)
+	ActiveAt  time.Time
+	ExpiresAt time.Time
+	// Entries are the held uses, by UseToken; Forwards name, for a
+	// releasable action's useIds homed here, the gate holding their use.
+	Entries  map[string]Entry
+	Forwards map[string]Forward
+	// Closed is set by a cancel (CanceledAt), before the action's own
+	// write: a closed gate takes and releases nothing.
+	Closed bool
+	// Clock is the last time a write to a releasable action's gate carried:
+	// every write carries a later one, so takes and releases are stamped in
+	// the order they committed.
+	Clock time.Time
+	TTL   int64 // epoch seconds; a gate past it is gone, whatever the table still shows
+	// LastRelease is the token and time of the last use this gate freed
+	// (the stream record of that write carries it to its event).
+	LastRelease     string
+	LastReleaseTime time.Time
+}
+
+// Forward says which gate holds a useId's use, since when.
+type Forward struct {
+	Gate int
+	At   time.Time
+}
+
+// Full reports whether g holds all the uses it can.
+func (g *Gate) Full() bool { return g.Held >= g.Cap }
+
+// Live reports whether g is a gate of the action created at createdAt,
+// at instant now.
+func (g *Gate) Live(createdAt, now time.Time) bool {
+	return g != nil && g.CreatedAt.Equal(createdAt) && g.TTL >= now.Unix()
+}
+
+// UseRecord is what one take or release call did, kept under its call's
+// RefHash for the action's retention: a re-sent call finds it before it
+// writes anything, so the first answer a key got is its answer forever.
+type UseRecord struct {
+	Ref   string // RefHash
+	Op    string // OpTake or OpRelease
+	UseID string
+	Write Write // the call's key digest, fingerprint and request id
+	// Reason of a take.
+	Reason string
+	// RequestedAt is when the call wrote this record, before its gate write.
+	RequestedAt time.Time
+	// Outcome is "" while the call's gate write may still land (a take is
+	// then answered by its gate entry); else the code it was answered with
+	// ("ok" for a success found made, e.g. a take answered as the replay of
+	// the use its useId held).
+	Outcome Code
+	// Of names the take a replayed take or a release answered for.
+	Of string
+	// UsedAt and ReleasedAt are the committed times: a take's is its gate
+	// entry's; a release sets both on its take's record and its own.
+	UsedAt     time.Time
+	ReleasedAt time.Time
+	// Release is the write of the release that freed a take's use.
+	Release Write
+}
+
+// OutcomeOK is the Outcome of a call that succeeded.
+const OutcomeOK Code = "ok"
 
 // ReleaseRequest is the body of POST /actions/{actionId}/uses/{useId}/release
 // (empty, or {}).
@@ -121,114 +236,57 @@ func validateUseID(id string) error {
 	return ValidateUseID(id)
 }
 
-// errUseIDRequired and errSingleUse refuse a consume that does not fit the
+// errUseIDRequired and ErrSingleUse refuse a consume that does not fit the
 // action: nothing is written.
 var (
 	errUseIDRequired = &InvalidError{Field: "useId", Message: "is required: this action allows several uses, each named by its useId"}
-	errSingleUse     = &InvalidError{Field: "useId", Message: "is only for an action with maxUses > 1 or releasable; this one is single-use"}
+	ErrSingleUse     = &InvalidError{Field: "useId", Message: "is only for an action with maxUses > 1 or releasable; this one is single-use"}
 )
 
-// ClassifyUse explains why a take's conditional write failed, from the item
-// the write saw (nil when there was none). Precedence: not found, not a
-// multi-use action, this useId's use (or this Idempotency-Key's), canceled,
-// expired, not active, no uses left. A *Replay means the use is held by this
-// useId already (or was taken by this keyed call): it is answered as its
-// first take.
-func ClassifyUse(old *Action, at Attempt) error {
-	if old == nil {
-		return Reject(CodeNotFound, nil)
-	}
-	if !old.MultiUse() {
-		return errSingleUse
-	}
-	if u, ok := old.Uses[at.UseID]; ok && u.Held() {
-		switch _, reused, err := idempotency(u.Write, at); {
-		case err != nil:
-			return err
-		case reused:
-			return Reject(CodeKeyReused, old)
-		}
-		return &Replay{Action: old}
-	}
-	if id, ok := old.UseKeys[at.Key]; ok && at.Key != "" {
-		// The key took a use before: the same body replays that take, even
-		// after its release; another body reuses the key.
-		switch replay, _, err := idempotency(old.Uses[id].Write, at); {
-		case err != nil:
-			return err
-		case replay && id == at.UseID:
-			return &Replay{Action: old}
-		}
-		return Reject(CodeKeyReused, old)
-	}
-	if err := closed(old, at); err != nil {
-		return err
-	}
-	if old.UsesHeld >= old.MaxUses {
-		return Reject(CodeNoUsesLeft, old)
-	}
-	return Reject(CodeInternal, old)
-}
-
-// ClassifyRelease explains why a release's conditional write failed.
-// Precedence: not found, not releasable, this Idempotency-Key's release (a
-// *Replay of it, even after the useId took a use again; another body or
-// useId reuses the key), use not found, already released (a *Replay:
-// answered with the first release), canceled, expired.
-func ClassifyRelease(old *Action, at Attempt) error {
-	if old == nil {
-		return Reject(CodeNotFound, nil)
-	}
-	if !old.Releasable {
-		return Reject(CodeNotReleasable, old)
-	}
-	if r, ok := old.RelKeys[at.Key]; ok && at.Key != "" {
-		w := Write{Key: at.Key, Fingerprint: r.Fingerprint}
-		switch replay, _, err := idempotency(w, at); {
-		case err != nil:
-			return err
-		case replay && r.UseID == at.UseID:
-			// Answered as that release was: its use and times, whatever
-			// the useId did since.
-			c := *old
-			c.Uses = make(map[string]Use, len(old.Uses))
-			for id, u := range old.Uses {
-				c.Uses[id] = u
-			}
-			c.Uses[r.UseID] = Use{At: r.At, ReleasedAt: r.ReleasedAt, Release: w}
-			return &Replay{Action: &c}
-		}
-		return Reject(CodeKeyReused, old)
-	}
-	u, ok := old.Uses[at.UseID]
-	if !ok {
-		return Reject(CodeUseNotFound, old)
-	}
-	if !u.Held() {
-		switch _, reused, err := idempotency(u.Release, at); {
-		case err != nil:
-			return err
-		case reused:
-			return Reject(CodeKeyReused, old)
-		}
-		return &Replay{Action: old}
-	}
-	if err := closed(old, at); err != nil {
-		return err // a held use is never on a pending action: canceled or expired
-	}
-	return Reject(CodeInternal, old)
-}
-
-// closed is the refusal of an action canceled, expired, or not active yet
-// at at.Now (in that precedence), or nil.
-func closed(old *Action, at Attempt) error {
+// Closed is the refusal of a take or release on an action canceled, expired,
+// or not active yet at now (in that precedence), or nil.
+func Closed(a *Action, now time.Time) error {
 	switch {
-	case !old.CanceledAt.IsZero():
-		return Reject(CodeCanceled, old)
-	case !old.ExpiredAt.IsZero() || !at.Now.Before(old.ExpiresAt):
-		return Reject(CodeExpired, old)
-	case at.Now.Before(old.ActiveAt):
-		return Reject(CodeNotActive, old)
+	case !a.CanceledAt.IsZero():
+		return Reject(CodeCanceled, a)
+	case !a.ExpiredAt.IsZero() || !now.Before(a.ExpiresAt):
+		return Reject(CodeExpired, a)
+	case now.Before(a.ActiveAt):
+		return Reject(CodeNotActive, a)
 	}
 	return nil
 }
+
+// GateRefusal explains why a take or release's write on gate g failed at
+// now, from the gate as the write saw it: canceled, expired, not active (in
+// that precedence), or nil when the gate is open (the caller then looks at
+// the entries).
+func GateRefusal(a *Action, g *Gate, now time.Time) error {
+	switch {
+	case g.Closed:
+		return Reject(CodeCanceled, a)
+	case !now.Before(g.ExpiresAt):
+		return Reject(CodeExpired, a)
+	case now.Before(g.ActiveAt):
+		return Reject(CodeNotActive, a)
+	}
+	return nil
+}
+
+// Judge compares a re-sent call with the record its key (or request id)
+// left: the same call (same fingerprint) is answered from the record;
+// another body with the same key is CodeKeyReused; a record under a key
+// set the request cannot fingerprint with is an *UnknownKeyError.
+func Judge(r *UseRecord, useID string, at Attempt) (same bool, err error) {
+	replay, reused, err := idempotency(r.Write, at)
+	switch {
+	case err != nil:
+		return false, err
+	case reused, replay && r.UseID != useID:
+		return false, Reject(CodeKeyReused, nil)
+	}
+	return replay, nil
+}
+
+// UsesRemaining is how many more uses a multi-use action can hold now.
+func (a *Action) UsesRemaining() int { return max(a.MaxUses-a.UsesHeld, 0) }

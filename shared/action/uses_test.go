@@ -2,20 +2,10 @@ package action
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
-
-func seats() *Action {
-	a := open()
-	a.MaxUses, a.Releasable, a.UsesHeld = 2, true, 1
-	a.Uses = map[string]Use{
-		"held":     {At: t0, N: 1, Write: Write{Key: "k1", Fingerprint: "f1"}},
-		"released": {At: t0, N: 1, ReleasedAt: t0.Add(time.Minute), Write: Write{Key: "k2", Fingerprint: "f2"}},
-	}
-	a.UseKeys = map[string]string{"k1": "held", "k2": "released"}
-	return a
-}
 
 // outcome is code, or "400 field" for an *InvalidError.
 func outcome(err error) string {
@@ -26,99 +16,155 @@ func outcome(err error) string {
 	return string(code(err))
 }
 
-func TestClassifyUse(t *testing.T) {
-	at := t0.Add(time.Second)
-	tests := []struct {
-		name string
-		edit func(*Action)
-		at   Attempt
-		want string
-	}{
-		{"missing", nil, Attempt{Now: at, UseID: "x"}, "action_not_found"},
-		{"single-use action", func(a *Action) { a.MaxUses = 0 }, Attempt{Now: at, UseID: "x"}, "400 useId"},
-		{"this useId holds its use", nil, Attempt{Now: at, UseID: "held"}, "replay"},
-		{"held, even after a cancel", func(a *Action) { a.CanceledAt = t0 }, Attempt{Now: at, UseID: "held"}, "replay"},
-		{"held, its key with another body", nil, Attempt{Now: at, UseID: "held", Key: "k1", Fingerprints: []string{"other"}}, "idempotency_key_reused"},
-		{"keyed retry of a released take", nil, Attempt{Now: at, UseID: "released", Key: "k2", Fingerprints: []string{"f2"}}, "replay"},
-		{"a used key on another useId", nil, Attempt{Now: at, UseID: "new", Key: "k1", Fingerprints: []string{"f9"}}, "idempotency_key_reused"},
-		{"canceled", func(a *Action) { a.CanceledAt = t0 }, Attempt{Now: at, UseID: "new"}, "canceled"},
-		{"expired", nil, Attempt{Now: t0.Add(2 * time.Hour), UseID: "new"}, "expired"},
-		{"pending", nil, Attempt{Now: t0.Add(-time.Second), UseID: "new"}, "not_active"},
-		{"full", func(a *Action) { a.UsesHeld = 2 }, Attempt{Now: at, UseID: "new"}, "no_uses_left"},
-		{"full, released useId takes no replay", func(a *Action) { a.UsesHeld = 2 }, Attempt{Now: at, UseID: "released"}, "no_uses_left"},
+// TestGateCapsAddUpToMaxUses: for every maxUses the gates' capacities add
+// up to exactly maxUses, none is over GateSeats, and they differ by at most
+// one (spread evenly, so every gate fills at the same pace).
+func TestGateCapsAddUpToMaxUses(t *testing.T) {
+	for _, n := range []int{1, 2, 23, 24, 25, 47, 48, 49, 1000, 1500, 99_999, 100_000, MaxUsesLimit} {
+		g, sum, lo, hi := Gates(n), 0, GateSeats, 0
+		for i := range g {
+			c := GateCap(n, i)
+			sum += c
+			lo, hi = min(lo, c), max(hi, c)
+		}
+		if sum != n || hi > GateSeats || hi-lo > 1 || lo < 1 {
+			t.Errorf("maxUses %d: %d gates, capacities add up to %d, range %d-%d", n, g, sum, lo, hi)
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := seats()
-			if tt.edit != nil {
-				tt.edit(a)
-			}
-			if tt.name == "missing" {
-				a = nil
-			}
-			if got := outcome(ClassifyUse(a, tt.at)); got != tt.want {
-				t.Fatalf("ClassifyUse = %s, want %s", got, tt.want)
-			}
-		})
-	}
-	// A plain consume (no useId) on a multi-use action is a 400 naming useId.
-	if got := outcome(ClassifyConsume(seats(), Attempt{Now: at})); got != "400 useId" {
-		t.Fatalf("ClassifyConsume on a multi-use action = %s", got)
+	if Gates(MaxUsesLimit) != 41_667 {
+		t.Errorf("Gates(%d) = %d", MaxUsesLimit, Gates(MaxUsesLimit))
 	}
 }
 
-func TestClassifyRelease(t *testing.T) {
-	at := t0.Add(time.Second)
-	tests := []struct {
-		name string
-		edit func(*Action)
-		use  string
-		want string
-	}{
-		{"not releasable", func(a *Action) { a.Releasable = false }, "held", "not_releasable"},
-		{"single-use", func(a *Action) { a.MaxUses, a.Releasable = 0, false }, "held", "not_releasable"},
-		{"unknown useId", nil, "nobody", "use_not_found"},
-		{"released already", nil, "released", "replay"},
-		{"released already, then canceled", func(a *Action) { a.CanceledAt = t0 }, "released", "replay"},
-		{"held on a canceled action", func(a *Action) { a.CanceledAt = t0 }, "held", "canceled"},
-		{"held on an expired action", func(a *Action) { a.ExpiredAt = t0 }, "held", "expired"},
+// TestHomeGatesSpread: useIds land on every gate about equally (a hot action
+// spreads its writes), and a useId's token and home never change.
+func TestHomeGatesSpread(t *testing.T) {
+	const gates, ids = 64, 64_000
+	count := make([]int, gates)
+	for i := range ids {
+		tok := UseToken(fmt.Sprintf("device-%d", i))
+		if len(tok) != 11 {
+			t.Fatalf("token %q", tok)
+		}
+		count[HomeGate(tok, gates)]++
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := seats()
-			if tt.edit != nil {
-				tt.edit(a)
+	for g, c := range count {
+		if c < ids/gates*8/10 || c > ids/gates*12/10 {
+			t.Errorf("gate %d got %d of %d useIds (want about %d)", g, c, ids, ids/gates)
+		}
+	}
+	if UseToken("a") != UseToken("a") || UseToken("a") == UseToken("b") || HomeGate(UseToken("a"), 7) != HomeGate(UseToken("a"), 7) {
+		t.Fatal("tokens are not a function of the useId")
+	}
+}
+
+// TestProbeOrderVisitsEveryGate: a useId's probe order (home, then
+// home + k·step) visits every gate exactly once, for any number of gates.
+func TestProbeOrderVisitsEveryGate(t *testing.T) {
+	for _, gates := range []int{1, 2, 3, 4, 12, 25, 63, 64, 125, 41_667} {
+		for i := range 50 {
+			tok := UseToken(fmt.Sprintf("u%d", i))
+			home, step := HomeGate(tok, gates), ProbeStep(tok, gates)
+			seen := make([]bool, gates)
+			for k := range gates {
+				g := (home + k*step) % gates
+				if seen[g] {
+					t.Fatalf("%d gates, useId u%d: gate %d visited twice (step %d)", gates, i, g, step)
+				}
+				seen[g] = true
 			}
-			if got := outcome(ClassifyRelease(a, Attempt{Now: at, UseID: tt.use})); got != tt.want {
-				t.Fatalf("ClassifyRelease = %s, want %s", got, tt.want)
+		}
+	}
+}
+
+// TestUseRefScopesKeys: a key names one operation; without a key the
+// request id does; the record name is a hash of it.
+func TestUseRefScopesKeys(t *testing.T) {
+	w := Write{Key: "k1", RequestID: "req"}
+	if UseRef(OpTake, w) == UseRef(OpRelease, w) || UseRef(OpTake, w) != "tkk1" || UseRef(OpTake, Write{RequestID: "req"}) != "trreq" {
+		t.Fatalf("refs: %q %q", UseRef(OpTake, w), UseRef(OpRelease, w))
+	}
+	if h := RefHash("tkk1"); len(h) != 12 || h == RefHash("xkk1") {
+		t.Fatalf("ref hash %q", h)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	rec := &UseRecord{UseID: "u1", Write: Write{Key: "k", Fingerprint: "f1", RequestID: "r1"}}
+	for _, tc := range []struct {
+		name  string
+		useID string
+		at    Attempt
+		want  string
+	}{
+		{"same call", "u1", Attempt{Key: "k", Fingerprints: []string{"f1"}}, "same"},
+		{"same key, another body", "u1", Attempt{Key: "k", Fingerprints: []string{"f2"}}, "idempotency_key_reused"},
+		{"same key and body, another useId", "u2", Attempt{Key: "k", Fingerprints: []string{"f1"}}, "idempotency_key_reused"},
+		{"the SDK's retry of the request", "u1", Attempt{RequestID: "r1", Fingerprints: []string{"f1"}}, "same"},
+		{"under an unknown key set", "u1", Attempt{Key: "k", Fingerprints: []string{"kid2:ab"}}, "unknown key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := *rec
+			if tc.name == "under an unknown key set" {
+				r.Write.Fingerprint = "kid1:ab"
+			}
+			same, err := Judge(&r, tc.useID, tc.at)
+			var uk *UnknownKeyError
+			got := outcome(err)
+			switch {
+			case errors.As(err, &uk):
+				got = "unknown key"
+			case err == nil && same:
+				got = "same"
+			}
+			if got != tc.want {
+				t.Fatalf("Judge = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestGateRefusal(t *testing.T) {
+	a := open()
+	g := &Gate{ActiveAt: a.ActiveAt, ExpiresAt: a.ExpiresAt}
+	at := t0.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		edit func(*Gate)
+		now  time.Time
+		want string
+	}{
+		{"open", nil, at, ""},
+		{"closed by a cancel", func(g *Gate) { g.Closed = true }, at, "canceled"},
+		{"closed beats expired", func(g *Gate) { g.Closed = true }, t0.Add(2 * time.Hour), "canceled"},
+		{"expired", nil, t0.Add(2 * time.Hour), "expired"},
+		{"pending", nil, t0.Add(-time.Second), "not_active"},
+	} {
+		c := *g
+		if tc.edit != nil {
+			tc.edit(&c)
+		}
+		if got := outcome(GateRefusal(a, &c, tc.now)); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
 
 func TestValidateUses(t *testing.T) {
-	n := func(v int) *int { return &v }
+	n := func(i int) *int { return &i }
 	for _, tc := range []struct {
-		req   CreateRequest
-		field string
-		max   int
+		r    CreateRequest
+		want string
 	}{
-		{CreateRequest{UserID: "u"}, "", 0},
-		{CreateRequest{UserID: "u", MaxUses: n(1)}, "", 0},
-		{CreateRequest{UserID: "u", MaxUses: n(1), Releasable: true}, "", 1},
-		{CreateRequest{UserID: "u", MaxUses: n(1000)}, "", 1000},
-		{CreateRequest{UserID: "u", MaxUses: n(1001)}, "maxUses", 0},
-		{CreateRequest{UserID: "u", MaxUses: n(0)}, "maxUses", 0},
-		{CreateRequest{UserID: "u", MaxUses: n(2), PIN: "2468"}, "pin", 0},
-		{CreateRequest{UserID: "u", Releasable: true, PIN: "2468"}, "pin", 0},
+		{CreateRequest{MaxUses: n(MaxUsesLimit)}, ""},
+		{CreateRequest{MaxUses: n(MaxUsesLimit + 1)}, "400 maxUses"},
+		{CreateRequest{MaxUses: n(0)}, "400 maxUses"},
+		{CreateRequest{MaxUses: n(3), PIN: "2468"}, "400 pin"},
+		{CreateRequest{Releasable: true}, ""},
 	} {
-		a, err := ValidateCreate(&tc.req, t0)
-		var inv *InvalidError
-		switch {
-		case tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field):
-			t.Errorf("%+v: %v, want a 400 naming %s", tc.req, err, tc.field)
-		case tc.field == "" && (err != nil || a.MaxUses != tc.max):
-			t.Errorf("%+v: %v, maxUses %v, want %d", tc.req, err, a, tc.max)
+		var a Action
+		if got := outcome(validateUses(&tc.r, &a)); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.r, got, tc.want)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 		}
 	}
 	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, telemetry.CountRequests)
+		o.APIOptions = append(o.APIOptions, telemetry.MeterDynamoDB)
 	})
 	api := httpapi.New(cfg.Store(db), keys, log)
 	api.Metrics = metrics

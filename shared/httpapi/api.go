@@ -299,7 +299,7 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 	body func(context.Context, *call) (events.APIGatewayV2HTTPResponse, error)) (events.APIGatewayV2HTTPResponse, error) {
 	start := time.Now()
 	cold := telemetry.ColdStart()
-	ctx, dynamoRequests := telemetry.WithRequestCounter(ctx)
+	ctx, usage := telemetry.WithUsage(ctx)
 	c := &call{requestID: ev.RequestContext.RequestID}
 	if a.keys != nil {
 		c.keys = a.keys.Keys(ctx)
@@ -342,7 +342,9 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 		slog.Int("status", resp.StatusCode),
 		slog.String("outcome", c.outcome),
 		slog.Float64("latencyMs", latency),
-		slog.Int64("dynamodbRequests", dynamoRequests.Load()),
+		slog.Int64("dynamodbRequests", usage.Requests()),
+		slog.Float64("writeUnits", usage.WriteUnits()),
+		slog.Int64("failedWrites", usage.FailedWrites()),
 		slog.Bool("coldStart", cold),
 	}
 	if c.actionID != "" {
@@ -387,7 +389,12 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 		return errorResponse(action.CodeTooLarge, c.requestID, nil)
 	case errors.As(err, &rej) && rej.Code != action.CodeInternal:
 		c.outcome = string(rej.Code)
-		return rejection(rej, c.requestID)
+		resp := rejection(rej, c.requestID)
+		if errors.As(err, new(*store.ReplayedError)) {
+			// A keyed call re-sent: its first answer, again.
+			resp.Headers[HeaderReplayed] = "true"
+		}
+		return resp
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, errSecretBehind):
 		c.outcome = string(action.CodeUnavailable)
 		a.log.LogAttrs(ctx, slog.LevelWarn, "dependency unavailable", slog.String("requestId", c.requestID), slog.String("error", err.Error()))

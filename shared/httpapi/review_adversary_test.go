@@ -28,7 +28,7 @@ func TestReviewKeyedReleaseRetryFreesALaterTake(t *testing.T) {
 	if first.Status != 200 {
 		t.Fatalf("release: %d %s", first.Status, first.Raw)
 	}
-	if r := do(t, env, "POST", "/actions/rk/consume", `{"useId":"dev"}`); r.Status != 200 || r.Body["usesHeld"] != 1.0 {
+	if r := do(t, env, "POST", "/actions/rk/consume", `{"useId":"dev"}`); r.Status != 200 || do(t, env, "GET", "/actions/rk", "").Body["usesHeld"] != 1.0 {
 		t.Fatalf("take again: %d %s", r.Status, r.Raw)
 	}
 	resent := do(t, env, "POST", "/actions/rk/uses/dev/release", ``, "Idempotency-Key", "deactivate-1")

@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -47,28 +47,37 @@ func useCounts(v *View, a *action.Action) {
 	v.MaxUses, v.Releasable, v.UsesHeld, v.UsesRemaining = &a.MaxUses, a.Releasable, &held, &left
 }
 
-// take answers a consume that names a useId: one conditional write takes
-// the use; the same useId again answers as its first take.
+// take answers a consume that names a useId: the store takes the use (its
+// call's record, then one conditional write on a gate); the same useId
+// again, or the call re-sent, answers as its first take. A take's answer
+// carries no usesHeld: the action's total is GET's (its uses are spread
+// over gates; counting them all is a read this write does not make).
 func (a *API) take(ctx context.Context, c *call, id string, req *action.ConsumeRequest, r *request) (events.APIGatewayV2HTTPResponse, error) {
-	act, err := a.store.Take(ctx, id, store.Take{
+	t, err := a.store.Take(ctx, id, store.Take{
 		Tenant: c.tenant, UseID: req.UseID, Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
 		KeyIDs: c.keys.KeyIDs(), Now: a.Now(),
 	})
-	var headers map[string]string
-	var replay *action.Replay
-	switch {
-	case errors.As(err, &replay):
-		act, c.outcome = replay.Action, "replayed"
-		headers = replayHeader(act.Uses[req.UseID].Write, r)
-	case err != nil:
+	if err != nil {
 		return fail(err)
-	default:
-		c.outcome = "used"
 	}
-	use := act.Uses[req.UseID]
-	v := view(act.AsUsed(use), use.At)
-	v.UseID, v.UsedAt = req.UseID, store.FormatTime(use.At)
-	return consumed(c, act, v, headers)
+	var headers map[string]string
+	c.outcome = "used"
+	if t.Replayed {
+		c.outcome, headers = "replayed", replayHeader(t.Write, r)
+	}
+	v := view(asUsed(t.Action), t.UsedAt)
+	v.UsesHeld, v.UsesRemaining = nil, nil
+	v.UseID, v.UsedAt = t.UseID, store.FormatTime(t.UsedAt)
+	return consumed(c, t.Action, v, headers)
+}
+
+// asUsed is a as a take answers it: what happened to the action since the
+// take (a cancellation, an expiry mark) left out, so a repeated take
+// answers byte for byte as the first.
+func asUsed(a *action.Action) *action.Action {
+	u := *a
+	u.CanceledAt, u.CancelReason, u.ExpiredAt = time.Time{}, "", time.Time{}
+	return &u
 }
 
 // consumed answers a successful consume or take: v with the payload.
@@ -84,7 +93,8 @@ func consumed(c *call, act *action.Action, v *View, headers map[string]string) (
 }
 
 // ReleaseUse handles POST /actions/{actionId}/uses/{useId}/release: one
-// conditional write frees the use; again, it answers with the first release.
+// conditional write on its gate frees the use. With an Idempotency-Key the
+// call is recorded first, so re-sending it replays its answer.
 func (a *API) ReleaseUse(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return a.serve(ctx, RouteUseRelease, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)
@@ -106,27 +116,23 @@ func (a *API) ReleaseUse(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		w := r.write(c.requestID)
 		w.Fingerprint = c.keys.Fingerprint(call)
 		fps := c.keys.Fingerprints(call)
-		act, err := a.store.Release(ctx, id, store.Release{Tenant: c.tenant, UseID: useID, Write: w, Fingerprints: fps, Now: a.Now()})
-		var headers map[string]string
-		var replay *action.Replay
-		switch {
-		case errors.As(err, &replay):
-			act, c.outcome = replay.Action, "already_released"
-			headers = replayHeader(act.Uses[useID].Release, &request{key: w.Key, fingerprints: fps})
-		case err != nil:
+		rel, err := a.store.Release(ctx, id, store.Release{Tenant: c.tenant, UseID: useID, Write: w, Fingerprints: fps, Now: a.Now()})
+		if err != nil {
 			return fail(err)
-		default:
-			c.outcome = "released"
 		}
-		use := act.Uses[useID]
-		return respond(http.StatusOK, &ReleaseView{ActionID: act.ID, UseID: useID,
-			UsedAt: store.FormatTime(use.At), ReleasedAt: store.FormatTime(use.ReleasedAt)}, headers), nil
+		var headers map[string]string
+		c.outcome = "released"
+		if rel.Replayed {
+			c.outcome, headers = "already_released", replayHeader(w, &request{key: w.Key, fingerprints: fps})
+		}
+		return respond(http.StatusOK, &ReleaseView{ActionID: rel.Action.ID, UseID: useID,
+			UsedAt: store.FormatTime(rel.UsedAt), ReleasedAt: store.FormatTime(rel.ReleasedAt)}, headers), nil
 	})
 }
 
 // ListUses handles GET /actions/{actionId}/uses?cursor=&limit=: the held
-// uses of the caller's action, in useId order, after the cursor (the last
-// useId of the page before).
+// uses of the caller's action, page by page over its gates (the cursor is
+// opaque: the place after the page before).
 func (a *API) ListUses(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return a.serve(ctx, RouteUseList, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)
@@ -144,25 +150,16 @@ func (a *API) ListUses(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 			}
 		}
 		cursor, hasCursor := q["cursor"]
-		if hasCursor {
-			if err := action.ValidateID("cursor", cursor); err != nil {
-				return fail(err)
-			}
+		if hasCursor && cursor == "" {
+			return fail(store.ErrBadUsesCursor)
 		}
-		act, err := a.store.Get(ctx, c.tenant, id)
+		_, page, err := a.store.ListUses(ctx, c.tenant, id, cursor, limit, a.Now())
 		if err != nil {
 			return fail(err)
 		}
-		out := &UsesView{Uses: []UseView{}}
-		for _, u := range act.HeldUses() {
-			if hasCursor && u.ID <= cursor {
-				continue
-			}
-			if len(out.Uses) == limit {
-				out.Cursor = out.Uses[limit-1].UseID
-				break
-			}
-			out.Uses = append(out.Uses, UseView{UseID: u.ID, UsedAt: store.FormatTime(u.At)})
+		out := &UsesView{Uses: make([]UseView, 0, len(page.Uses)), Cursor: page.Cursor}
+		for _, u := range page.Uses {
+			out.Uses = append(out.Uses, UseView{UseID: u.UseID, UsedAt: store.FormatTime(u.UsedAt)})
 		}
 		c.outcome = "ok"
 		return respond(http.StatusOK, out, nil), nil

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -87,6 +89,10 @@ type Publisher struct {
 	PoisonAttempts int
 	PoisonMaxAge   time.Duration
 	now            func() time.Time
+
+	// Uses reads what use events need beyond their gate's stream record
+	// (the table: the action, the take's record).
+	Uses UseReader
 
 	mu       sync.Mutex
 	reported map[string]int // sequence number → times reported undecodable
@@ -195,8 +201,19 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 	var todo []pending
 	var poison []int
 	var poisonErr []error
+	uses := map[int][]UseChange{}
+	var changes []UseChange
 	for i, rec := range ev.Records {
-		e, err := Derive(rec)
+		cs, err := DeriveUses(rec)
+		if err == nil && len(cs) > 0 {
+			uses[i] = cs
+			changes = append(changes, cs...)
+			continue
+		}
+		var e *Entry
+		if err == nil {
+			e, err = Derive(rec)
+		}
 		if err != nil {
 			p.log.Error("undecodable stream record", "eventID", rec.EventID, "sequenceNumber", rec.Change.SequenceNumber, "error", err.Error())
 			poison, poisonErr = append(poison, i), append(poisonErr, err)
@@ -205,6 +222,58 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 		if e != nil {
 			todo = append(todo, p.pending(i, e))
 		}
+	}
+	if len(changes) > 0 {
+		// One read for the batch's use events; a record whose action or
+		// take record is gone is undecodable like any other.
+		var entries []*Entry
+		var err error
+		if p.Uses == nil {
+			err = errors.New("publish: no UseReader to read use events with")
+		} else {
+			entries, err = UseEntries(ctx, p.Uses, changes)
+		}
+		var missing *MissingError
+		switch {
+		case errors.As(err, &missing) || p.Uses == nil:
+			// Find the records concerned one by one.
+			entries = nil
+			for _, i := range slices.Sorted(maps.Keys(uses)) {
+				es, err := UseEntries(ctx, p.Uses, uses[i])
+				if err != nil && !errors.As(err, &missing) || p.Uses == nil {
+					return ok, fmt.Errorf("%w: reading use events: %w", ErrPublishing, err)
+				}
+				if err != nil {
+					p.log.Error("undecodable stream record", "eventID", ev.Records[i].EventID, "sequenceNumber", ev.Records[i].Change.SequenceNumber, "error", err.Error())
+					poison, poisonErr = append(poison, i), append(poisonErr, err)
+					continue
+				}
+				for _, e := range es {
+					todo = append(todo, p.pending(i, e))
+				}
+			}
+		case err != nil:
+			return ok, fmt.Errorf("%w: reading use events: %w", ErrPublishing, err)
+		default:
+			k := 0
+			for i := range ev.Records {
+				for range uses[i] {
+					todo = append(todo, p.pending(i, entries[k]))
+					k++
+				}
+			}
+		}
+		slices.SortStableFunc(todo, func(x, y pending) int { return x.record - y.record })
+		order := make([]int, len(poison))
+		for k := range order {
+			order[k] = k
+		}
+		slices.SortFunc(order, func(x, y int) int { return poison[x] - poison[y] })
+		sortedPoison, sortedErr := make([]int, len(poison)), make([]error, len(poison))
+		for k, o := range order {
+			sortedPoison[k], sortedErr[k] = poison[o], poisonErr[o]
+		}
+		poison, poisonErr = sortedPoison, sortedErr
 	}
 	if err := p.publish(ctx, todo, st); err != nil {
 		return ok, err

@@ -37,8 +37,9 @@ type Entry struct {
 // counter, the TTL deletion of a finished action, any idempotency-key item,
 // the sweeper's watermarks).
 func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
-	if pk, ok := rec.Change.Keys["actionId"]; ok && pk.DataType() == lambdaevents.DataTypeString && (store.IsKeyItem(pk.String()) || store.IsSweepItem(pk.String())) {
-		return nil, nil // an idempotency key of the /keys routes or the sweeper's watermarks, not an action
+	if pk, ok := rec.Change.Keys["actionId"]; ok && pk.DataType() == lambdaevents.DataTypeString &&
+		(store.IsKeyItem(pk.String()) || store.IsSweepItem(pk.String()) || store.IsUseItem(pk.String())) {
+		return nil, nil // an idempotency key, the sweeper's watermarks, a use's gate or record (DeriveUses): not an action
 	}
 	var old, cur *action.Action
 	var err error
@@ -64,8 +65,6 @@ func Derive(rec lambdaevents.DynamoDBEventRecord) (*Entry, error) {
 			return canceled(cur)
 		case old.ExpiredAt.IsZero() && !cur.ExpiredAt.IsZero():
 			return expired(cur, "sweep")
-		case cur.MultiUse():
-			return useChanged(old, cur)
 		}
 	case "REMOVE":
 		if old != nil && byTTL(rec) && !old.Finished() {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,7 +49,7 @@ type Result struct {
 	To        string  `json:"to"`
 	Segments  int     `json:"segments"`
 	Scanned   int     `json:"scanned"`   // items read
-	Matched   int     `json:"matched"`   // actions finished in the window
+	Matched   int     `json:"matched"`   // events the window holds: actions finished, uses taken and released in it
 	Published int     `json:"published"` // events EventBridge accepted
 	ReadUnits float64 `json:"readUnits"` // consumed by the Scan
 	// Undecodable are ids of items in the window that are not valid
@@ -108,6 +109,58 @@ func (req Request) window(now time.Time) (from, to time.Time, total int, segment
 	return from, to, total, segments, nil
 }
 
+// useEntries rebuilds the events of the uses in a page: a held use taken
+// in the window (its action.used), a released one taken or released in it
+// (its action.used, its action.use_released), with one read of the actions
+// and take records they need.
+func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to time.Time) ([]*publish.Entry, error) {
+	if len(w.Held) == 0 && len(w.Released) == 0 {
+		return nil, nil
+	}
+	var items []string
+	var recs []store.RecordKey
+	for _, h := range w.Held {
+		items = append(items, h.ItemKey)
+		recs = append(recs, store.RecordKey{ItemKey: h.ItemKey, Ref: h.Entry.Ref})
+	}
+	for _, rr := range w.Released {
+		items = append(items, rr.ItemKey)
+	}
+	as, rs, err := store.New(r.DB, r.Table, store.Options{}).ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
+	if err != nil {
+		return nil, err
+	}
+	in := func(t time.Time) bool { return !t.Before(from) && t.Before(to) }
+	var out []*publish.Entry
+	for _, h := range w.Held {
+		a, rec := as[h.ItemKey], rs[store.RecordKey{ItemKey: h.ItemKey, Ref: h.Entry.Ref}]
+		if a == nil || rec == nil {
+			continue // gone since (its action's retention ended)
+		}
+		es, _, err := publish.RebuildUses(a, []publish.UseChange{{Take: h.Entry.Ref, UsedAt: h.Entry.At}}, nil, map[string]*action.UseRecord{h.Entry.Ref: rec})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, es...)
+	}
+	for _, rr := range w.Released {
+		a := as[rr.ItemKey]
+		if a == nil {
+			continue
+		}
+		es, at, err := publish.RebuildUses(a, nil, []*action.UseRecord{rr.Record}, nil)
+		if err != nil {
+			return nil, err
+		}
+		for k, e := range es {
+			if in(at[k]) {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Republisher reads one table and publishes through one publisher.
 type Republisher struct {
 	DB        *dynamodb.Client
@@ -135,9 +188,9 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 	errs := make([]error, len(segments))
 	for i, seg := range segments {
 		wg.Go(func() {
-			st, err := store.ScanFinished(ctx, r.DB, r.Table, from, to, seg, total, func(actions []*action.Action) error {
-				entries := make([]*publish.Entry, 0, len(actions))
-				for _, a := range actions {
+			st, err := store.ScanWindow(ctx, r.DB, r.Table, from, to, seg, total, func(w store.Window) error {
+				entries := make([]*publish.Entry, 0, len(w.Actions))
+				for _, a := range w.Actions {
 					e, _, err := publish.Rebuild(a)
 					if err != nil {
 						return err
@@ -146,15 +199,19 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 						entries = append(entries, e)
 					}
 				}
-				n, err := r.Publisher.Publish(ctx, entries)
+				uses, err := r.useEntries(ctx, w, from, to)
+				if err != nil {
+					return err
+				}
+				n, err := r.Publisher.Publish(ctx, append(entries, uses...))
 				mu.Lock()
+				res.Matched += len(entries) + len(uses)
 				res.Published += n
 				mu.Unlock()
 				return err
 			})
 			mu.Lock()
 			res.Scanned += st.Scanned
-			res.Matched += st.Matched
 			res.ReadUnits += st.ReadUnits
 			res.Undecodable = append(res.Undecodable, st.Undecodable...)
 			mu.Unlock()

@@ -23,28 +23,54 @@ type ScanStats struct {
 	Undecodable []string
 }
 
-// ScanFinished reads segment of total (a parallel Scan, eventually
+// Window is one page of ScanWindow: the actions finished in the window,
+// and the uses of multi-use actions taken or released in it.
+type Window struct {
+	Actions []*action.Action
+	// Held are the gate entries (uses still held) taken in the window.
+	Held []HeldEntry
+	// Released are the take records of released uses taken or released
+	// in the window.
+	Released []ReleasedRecord
+}
+
+// HeldEntry is a held use found in a gate, by its action's item key.
+type HeldEntry struct {
+	ItemKey string
+	Entry   action.Entry
+}
+
+// ReleasedRecord is a released use's take record, by its action's item key.
+type ReleasedRecord struct {
+	ItemKey string
+	Record  *action.UseRecord
+}
+
+// ScanWindow reads segment of total (a parallel Scan, eventually
 // consistent) for the actions consumed, canceled or marked expired at or
-// after from and before to, and calls page with each page's actions.
-// Idempotency-key items are skipped by the filter. The projection leaves
-// out the payload and the PIN hash (they are read, and billed, but never
-// returned).
-func ScanFinished(ctx context.Context, db *dynamodb.Client, table string, from, to time.Time, segment, total int, page func([]*action.Action) error) (ScanStats, error) {
+// after from and before to, and the gates and use records of the uses taken
+// or released then, and calls page with each page. Idempotency-key items
+// are skipped by the filter. There is no projection (a gate's entries are
+// attributes named by their useIds' tokens, which a projection cannot
+// list): the sealed payload and the PIN hash of an action are dropped here,
+// as soon as they are read.
+func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to time.Time, segment, total int, page func(Window) error) (ScanStats, error) {
 	var st ScanStats
 	in := &dynamodb.ScanInput{
 		TableName:     aws.String(table),
 		Segment:       aws.Int32(int32(segment)),
 		TotalSegments: aws.Int32(int32(total)),
-		FilterExpression: aws.String("NOT begins_with(#id, :kp) AND attribute_exists(#user) AND " +
-			"((#c >= :from AND #c < :to) OR (#x >= :from AND #x < :to) OR (#e >= :from AND #e < :to))"),
-		ProjectionExpression: aws.String("#id, #user, #kind, #active, #expires, #created, #c, #cr, #x, #xr, #e, #meta"),
+		FilterExpression: aws.String("(NOT begins_with(#id, :kp) AND NOT begins_with(#id, :ug) AND NOT begins_with(#id, :ur) AND attribute_exists(#user) AND " +
+			"((#c >= :from AND #c < :to) OR (#x >= :from AND #x < :to) OR (#e >= :from AND #e < :to)))" +
+			" OR begins_with(#id, :ug)" +
+			" OR (begins_with(#id, :ur) AND ((#ua >= :fromMs AND #ua < :toMs) OR (#ra >= :fromMs AND #ra < :toMs)))"),
 		ExpressionAttributeNames: map[string]string{
-			"#id": attrID, "#user": attrUserID, "#kind": attrKind, "#active": attrActiveAtMs, "#expires": attrExpiresAtMs,
-			"#created": attrCreatedAt, "#c": attrConsumedAt, "#cr": attrConsumedReason, "#x": attrCanceledAt, "#xr": attrCancelReason,
-			"#e": attrExpiredAt, "#meta": attrMetadata,
+			"#id": attrID, "#user": attrUserID, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt,
+			"#ua": rUsedAt, "#ra": rReleasedAt,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":kp": s(KeyPrefix), ":from": ts(from), ":to": ts(to),
+			":kp": s(KeyPrefix), ":ug": s(GatePrefix), ":ur": s(recordPrefix), ":from": ts(from), ":to": ts(to),
+			":fromMs": n(from.UnixMilli()), ":toMs": n(to.UnixMilli()),
 		},
 		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
 	}
@@ -58,20 +84,49 @@ func ScanFinished(ctx context.Context, db *dynamodb.Client, table string, from, 
 		if out.ConsumedCapacity != nil {
 			st.ReadUnits += aws.ToFloat64(out.ConsumedCapacity.CapacityUnits)
 		}
-		actions := make([]*action.Action, 0, len(out.Items))
+		var w Window
 		for _, item := range out.Items {
+			delete(item, attrPayload)
+			delete(item, attrPINHash)
+			id, _ := item[attrID].(*types.AttributeValueMemberS)
+			pk := ""
+			if id != nil {
+				pk = id.Value
+			}
+			if itemKey, _, ok := IsGateItem(pk); ok {
+				g, err := DecodeGate(item)
+				if err != nil {
+					st.Undecodable = append(st.Undecodable, pk)
+					continue
+				}
+				for _, e := range g.Entries {
+					if !e.At.Before(from) && e.At.Before(to) {
+						w.Held = append(w.Held, HeldEntry{ItemKey: itemKey, Entry: e})
+					}
+				}
+				continue
+			}
+			if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 13 {
+				r, err := DecodeRecord(item)
+				if err != nil {
+					st.Undecodable = append(st.Undecodable, pk)
+					continue
+				}
+				if r.Op == action.OpTake && !r.ReleasedAt.IsZero() {
+					w.Released = append(w.Released, ReleasedRecord{ItemKey: rest[13:], Record: r})
+				}
+				continue
+			}
 			a, err := Decode(item)
 			if err != nil {
-				id, _ := item[attrID].(*types.AttributeValueMemberS)
 				if id != nil {
 					st.Undecodable = append(st.Undecodable, id.Value)
 				}
 				continue
 			}
-			actions = append(actions, a)
+			w.Actions = append(w.Actions, a)
 		}
-		st.Matched += len(actions)
-		if err := page(actions); err != nil {
+		if err := page(w); err != nil {
 			return st, err
 		}
 		if len(out.LastEvaluatedKey) == 0 {

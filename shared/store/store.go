@@ -57,6 +57,7 @@ type Store struct {
 	shards       int
 	keyRetention time.Duration
 	keys         *dynamostore.Table
+	cache        actionCache // multi-use actions' create-time fields, for takes and releases
 }
 
 // New returns a Store on table.
@@ -179,7 +180,9 @@ func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action
 }
 
 // Get reads a tenant's action with a strongly consistent read. Another
-// tenant's action of the same id is another item: not found.
+// tenant's action of the same id is another item: not found. A multi-use
+// action's uses held are counted from its gates (one more request, a
+// BatchGetItem per 100 gates).
 func (st *Store) Get(ctx context.Context, tenantName, id string) (*action.Action, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &st.table,
@@ -192,7 +195,16 @@ func (st *Store) Get(ctx context.Context, tenantName, id string) (*action.Action
 	if out.Item == nil {
 		return nil, action.Reject(action.CodeNotFound, nil)
 	}
-	return Decode(out.Item)
+	a, err := Decode(out.Item)
+	if err != nil {
+		return nil, err
+	}
+	if a.MultiUse() && !isLegacy(out.Item) {
+		if err := st.countHeld(ctx, []*action.Action{a}, nil, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Consume is a request to consume an action.
@@ -388,26 +400,50 @@ type Cancel struct {
 	Now          time.Time
 }
 
-// Cancel marks an open action canceled with one conditional write. Canceling
-// a canceled action answers with the first cancellation (*action.Replay).
+// Cancel marks an open action canceled with one conditional write.
+// Canceling a canceled action answers with the first cancellation
+// (*action.Replay). A multi-use action's gates are closed first (one write
+// each, creating the ones no take wrote yet), then the action's write,
+// stamped after every use its gates held: no take or release commits after
+// the cancel, and none is stamped after it.
 func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Action, error) {
-	id = tenant.ItemKey(c.Tenant, id)
+	pk := tenant.ItemKey(c.Tenant, id)
 	now := action.Millis(c.Now)
-	u := newUpdate()
-	u.set(attrCanceledAt, ts(now))
-	u.setIf(attrCancelReason, c.Reason)
-	u.set(attrTTL, n(now.Add(st.retention).Unix()))
-	setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
-	u.value("nowMs", n(now.UnixMilli()))
-
-	written, old, err := st.update(ctx, id, u, u.cond(condOpen), types.ReturnValueAllNew)
+	written, old, err := st.cancelWrite(ctx, pk, c, now, condOpen+condSingle)
+	if err == nil && old != nil && old.MultiUse() && old.CanceledAt.IsZero() && old.ConsumedAt.IsZero() && old.ExpiredAt.IsZero() && now.Before(old.ExpiresAt) {
+		latest, cerr := st.closeGates(ctx, old, c, now.Add(st.retention).Unix())
+		if cerr != nil {
+			return nil, cerr
+		}
+		st.cache.drop(pk)
+		if !latest.Before(now) {
+			now = latest.Add(time.Millisecond)
+		}
+		written, old, err = st.cancelWrite(ctx, pk, c, now, condOpen)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if old != nil {
 		return nil, action.ClassifyCancel(old, action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID})
 	}
+	if written.MultiUse() {
+		if err := st.countHeld(ctx, []*action.Action{written}, nil, now); err != nil {
+			return nil, err
+		}
+	}
 	return written, nil
+}
+
+// cancelWrite is a cancel's conditional write on the action's item, at now.
+func (st *Store) cancelWrite(ctx context.Context, pk string, c Cancel, now time.Time, cond string) (written, old *action.Action, err error) {
+	u := newUpdate()
+	u.set(attrCanceledAt, ts(now))
+	u.setIf(attrCancelReason, c.Reason)
+	u.set(attrTTL, n(now.Add(st.retention).Unix()))
+	setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
+	u.value("nowMs", n(now.UnixMilli()))
+	return st.update(ctx, pk, u, u.cond(cond), types.ReturnValueAllNew)
 }
 
 // update runs one conditional UpdateItem on an action. It returns the item

@@ -212,56 +212,36 @@ func (st *Store) queryUser(ctx context.Context, tenantName, userID string, from 
 
 // listed are the attributes a listing reads: everything but the sealed
 // payload and the PIN material it has no use for.
-var listed = []string{attrID, attrUserID, attrKind, attrSupersedes, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
+var listed = []string{attrUserID, attrKind, attrSupersedes, attrActiveAtMs, attrExpiresAtMs, attrCreatedAt, attrMetadata,
 	attrConsumedAt, attrConsumedReason, attrCanceledAt, attrCancelReason, attrExpiredAt, attrPINHash,
 	attrPINFailures, attrMaxPINAttempts, attrPINFailedAt, attrCancelKey, attrCancelFP, attrCancelReq,
-	attrMaxUses, attrReleasable, attrUsesHeld}
+	attrMaxUses, attrReleasable, legacyUsesHeld}
 
 // batchGet reads the items of refs with strongly consistent reads, 100 per
-// BatchGetItem, in refs' order (nil where an item is gone).
+// BatchGetItem, in refs' order (nil where an item is gone), and counts the
+// uses the multi-use ones hold (from their gates).
 func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Action, error) {
-	names := map[string]string{}
-	proj := make([]string, len(listed))
-	for i, a := range listed {
-		names["#p"+strconv.Itoa(i)] = a
-		proj[i] = "#p" + strconv.Itoa(i)
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.Key
 	}
-	byKey := map[string]*action.Action{}
-	for chunk := range slices.Chunk(refs, 100) {
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, r := range chunk {
-			keys[i] = key(r.Key)
-		}
-		req := map[string]types.KeysAndAttributes{st.table: {
-			Keys: keys, ConsistentRead: aws.Bool(true), ExpressionAttributeNames: names,
-			ProjectionExpression: aws.String(strings.Join(proj, ", ")),
-		}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt == 8 {
-				return nil, ErrUnavailable // DynamoDB keeps leaving keys unprocessed
-			}
-			if attempt > 0 {
-				if err := sleep(ctx, time.Duration(1<<attempt)*10*time.Millisecond); err != nil {
-					return nil, err
-				}
-			}
-			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, classifyErr(err)
-			}
-			for _, it := range out.Responses[st.table] {
-				a, err := Decode(it)
-				if err != nil {
-					return nil, err
-				}
-				byKey[tenant.ItemKey(a.Tenant, a.ID)] = a
-			}
-			req = out.UnprocessedKeys
-		}
+	raw, err := st.readItems(ctx, keys, listed)
+	if err != nil {
+		return nil, err
 	}
 	items := make([]*action.Action, len(refs))
-	for i, r := range refs {
-		items[i] = byKey[r.Key]
+	legacy := map[*action.Action]bool{}
+	for i, it := range raw {
+		if it == nil {
+			continue
+		}
+		if items[i], err = Decode(it); err != nil {
+			return nil, err
+		}
+		legacy[items[i]] = isLegacy(it)
+	}
+	if err := st.countHeld(ctx, items, func(a *action.Action) bool { return legacy[a] }, time.Now()); err != nil {
+		return nil, err
 	}
 	return items, nil
 }

@@ -2,59 +2,59 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
-// Attributes of a multi-use action (a single-use item has none of them).
-// Each use is its own top-level attribute, like a PIN guess (pinTry:): no
-// parent map has to exist before the first use, and an empty map never
-// reaches a stream image (the local stream pipeline showed an empty map
-// attribute as another attribute's value).
+// Attributes of an action's multi-use settings (a single-use item has none).
 const (
 	attrMaxUses    = "maxUses"
 	attrReleasable = "releasable" // true, or absent
-	attrUsesHeld   = "usesHeld"
-	attrUse        = "use:"    // + useId: the useId's latest use (a map of the fields below)
-	attrUseN       = "useN:"   // + useId: uses held right after it was taken (one update cannot set a map and a path in it)
-	attrUseKey     = "useKey:" // + keyed digest of a take's Idempotency-Key: the useId it took
-	attrRelKey     = "relKey:" // + keyed digest of a release's Idempotency-Key: the release it made (a map of the fields below)
-	attrRelAt      = "relAt:"  // + the same digest: the released use's take time, copied from it by the release's write
-
-	// Fields of one use.
-	useAt         = "at"
-	useReason     = "reason"
-	useKey        = "k"
-	useFP         = "f"
-	useReleasedAt = "rel"
-	useRelKey     = "rk"
-	useRelFP      = "rf"
-
-	// Fields of a keyed release (relKey:).
-	relUseID = "u"
-	relRel   = "rel"
-	relFP    = "f"
 )
 
-// setUses adds a multi-use action's fields to its create.
+// Attributes of a use record (what one take or release call did).
+const (
+	rOp         = "op"
+	rAction     = "a" // the action's createdAt (ms): a record of an earlier action of the same id is stale
+	rUseID      = "u"
+	rReason     = "r"
+	rRequested  = "q"
+	rKey        = "k"
+	rFP         = "f"
+	rReq        = "rq"
+	rOutcome    = "o"
+	rOf         = "of"
+	rUsedAt     = "ua"
+	rReleasedAt = "ra"
+	rRelKey     = "rk"
+	rRelFP      = "rf"
+	rRelReq     = "rr"
+)
+
+// setUses adds a multi-use action's settings to its create: its uses
+// live in gates, nothing more is on its item.
 func setUses(u *update, a *action.Action) {
 	u.set(attrMaxUses, n(int64(a.MaxUses)))
 	if a.Releasable {
 		u.set(attrReleasable, &types.AttributeValueMemberBOOL{Value: true})
 	}
-	u.set(attrUsesHeld, n(0))
 }
 
-// decodeUses reads a multi-use action's fields.
+// decodeUses reads a multi-use action's settings (and the count a legacy
+// item keeps on itself; see legacy.go).
 func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 	a.MaxUses = int(d.Num(attrMaxUses))
 	if !a.MultiUse() {
@@ -67,48 +67,95 @@ func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 	default:
 		d.Fail(attrReleasable)
 	}
-	a.UsesHeld = int(d.Num(attrUsesHeld))
-	a.Uses, a.UseKeys, a.RelKeys = map[string]action.Use{}, map[string]string{}, map[string]action.KeyedRelease{}
-	for name, v := range d.Item {
-		if k, ok := strings.CutPrefix(name, attrUseKey); ok {
-			a.UseKeys[k] = d.Str(name)
-			continue
+	a.UsesHeld = int(d.Num(legacyUsesHeld))
+}
+
+// DecodeRecord reads a use record.
+func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, error) {
+	d := dynamoitem.Decoder{Item: item}
+	pk := d.Str(attrID)
+	ms := func(name string) time.Time {
+		if v := d.Num(name); v != 0 {
+			return time.UnixMilli(v).UTC()
 		}
-		if k, ok := strings.CutPrefix(name, attrRelKey); ok {
-			m, ok := v.(*types.AttributeValueMemberM)
-			if !ok {
-				d.Fail(name)
-				continue
-			}
-			f := dynamoitem.Decoder{Item: m.Value}
-			r := action.KeyedRelease{UseID: f.Str(relUseID), At: d.Time(attrRelAt + k), ReleasedAt: f.Time(relRel), Fingerprint: f.Str(relFP)}
-			if f.Err != nil || r.UseID == "" || r.At.IsZero() || r.ReleasedAt.IsZero() {
-				d.Fail(name)
-			}
-			a.RelKeys[k] = r
-			continue
-		}
-		id, ok := strings.CutPrefix(name, attrUse)
-		if !ok {
-			continue
-		}
-		m, ok := v.(*types.AttributeValueMemberM)
-		if !ok {
-			d.Fail(name)
-			continue
-		}
-		f := dynamoitem.Decoder{Item: m.Value}
-		use := action.Use{
-			At: f.Time(useAt), N: int(d.Num(attrUseN + id)), Reason: f.Str(useReason),
-			Write:      action.Write{Key: f.Str(useKey), Fingerprint: f.Str(useFP)},
-			ReleasedAt: f.Time(useReleasedAt),
-			Release:    action.Write{Key: f.Str(useRelKey), Fingerprint: f.Str(useRelFP)},
-		}
-		if f.Err != nil || use.At.IsZero() {
-			d.Fail(name)
-		}
-		a.Uses[id] = use
+		return time.Time{}
 	}
+	r := &action.UseRecord{
+		Op: d.Str(rOp), UseID: d.Str(rUseID), Reason: d.Str(rReason),
+		Write:       action.Write{Key: d.Str(rKey), Fingerprint: d.Str(rFP), RequestID: d.Str(rReq)},
+		RequestedAt: ms(rRequested), Outcome: action.Code(d.Str(rOutcome)), Of: d.Str(rOf),
+		UsedAt: ms(rUsedAt), ReleasedAt: ms(rReleasedAt),
+		Release: action.Write{Key: d.Str(rRelKey), Fingerprint: d.Str(rRelFP), RequestID: d.Str(rRelReq)},
+	}
+	if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
+		r.Ref = rest[:12]
+	}
+	if d.Err != nil || r.Ref == "" || r.UseID == "" {
+		return nil, errors.Join(d.Err, errors.New("store: malformed use record "+pk))
+	}
+	return r, nil
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return "", false
+}
+
+// putRecord writes the record of a call before its gate write, unless a
+// record of that call (of this action) is there: then it returns that one
+// and writes nothing. One conditional write.
+func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.UseRecord, ttl int64, now time.Time) (*action.UseRecord, error) {
+	upd := expression.Set(expression.Name(rOp), expression.Value(rec.Op)).
+		Set(expression.Name(rAction), expression.Value(a.CreatedAt.UnixMilli())).
+		Set(expression.Name(rUseID), expression.Value(rec.UseID)).
+		Set(expression.Name(rRequested), expression.Value(rec.RequestedAt.UnixMilli())).
+		Set(expression.Name(attrTTL), expression.Value(ttl))
+	opt := func(name, v string) {
+		if v != "" {
+			upd = upd.Set(expression.Name(name), expression.Value(v))
+		}
+	}
+	optMs := func(name string, t time.Time) {
+		if !t.IsZero() {
+			upd = upd.Set(expression.Name(name), expression.Value(t.UnixMilli()))
+		}
+	}
+	opt(rReason, rec.Reason)
+	opt(rKey, rec.Write.Key)
+	opt(rFP, rec.Write.Fingerprint)
+	opt(rReq, rec.Write.RequestID)
+	opt(rOutcome, string(rec.Outcome))
+	opt(rOf, rec.Of)
+	optMs(rUsedAt, rec.UsedAt)
+	optMs(rReleasedAt, rec.ReleasedAt)
+	// A record of an earlier action of this id, or past its ttl, is gone.
+	cond := expression.AttributeNotExists(expression.Name(attrID)).
+		Or(expression.Name(rAction).NotEqual(expression.Value(a.CreatedAt.UnixMilli()))).
+		Or(expression.Name(attrTTL).LessThan(expression.Value(now.Unix())))
+	_, old, failed, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), rec.Ref), upd, &cond, types.ReturnValueNone)
+	if err != nil || !failed {
+		return nil, err
+	}
+	return DecodeRecord(old)
+}
+
+// finishRecord stores the outcome of a keyed call its record did not have
+// when it was written (a refusal, or a success found made): one write.
+func (st *Store) finishRecord(ctx context.Context, a *action.Action, ref string, outcome action.Code, of string, usedAt, releasedAt time.Time) error {
+	upd := expression.Set(expression.Name(rOutcome), expression.Value(string(outcome)))
+	if of != "" {
+		upd = upd.Set(expression.Name(rOf), expression.Value(of))
+	}
+	if !usedAt.IsZero() {
+		upd = upd.Set(expression.Name(rUsedAt), expression.Value(usedAt.UnixMilli()))
+	}
+	if !releasedAt.IsZero() {
+		upd = upd.Set(expression.Name(rReleasedAt), expression.Value(releasedAt.UnixMilli()))
+	}
+	_, _, _, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), upd, nil, types.ReturnValueNone)
+	return err
 }
 
 // Take is a request to take one use of a multi-use action.
@@ -116,74 +163,514 @@ type Take struct {
 	Tenant       string // whose action
 	UseID        string
 	Reason       string
-	Write        action.Write // its Key and Fingerprint are kept with the use when a key was sent
+	Write        action.Write // the call's key digest, fingerprint and request id
 	Fingerprints []string     // the request's under every known key set
-	KeyIDs       []string     // the key sets this server knows (see Consume)
+	KeyIDs       []string     // the key sets this server knows
 	Now          time.Time
 }
 
-// Take gives t.UseID one use of the action with ONE conditional write: the
-// condition holds while the action is open and active, this useId holds no
-// use (it never took one, or released it), fewer than maxUses are held and
-// (for a keyed call) the key took no use before. A refusal is classified
-// from the old item the same request returns (action.ClassifyUse): a
-// *action.Replay for a useId that holds its use already.
-func (st *Store) Take(ctx context.Context, id string, t Take) (*action.Action, error) {
-	pk := tenant.ItemKey(t.Tenant, id)
+// Taken is a take's answer: the action (as read), the use and when it was
+// taken; Write is the call that took it (for Idempotent-Replayed), and
+// Replayed says the answer is an earlier one (this call's, or the use the
+// useId holds).
+type Taken struct {
+	Action   *action.Action
+	UseID    string
+	UsedAt   time.Time
+	Write    action.Write
+	Replayed bool
+}
+
+// Take gives t.UseID one use of the action. It writes the call's record,
+// then ONE conditional write on a gate takes the use: the gate is open and
+// active, holds the useId nowhere, and has room. A useId is held at most
+// once because its use is an entry named by its token, in its home gate
+// or, when that is full, in the first gate with room after it (a
+// releasable action's home gate then holds a forward to it). The same
+// useId again, or the call re-sent, answers as its first take. Costs: 2
+// writes (1 write unit each); a gate that is full costs one more write,
+// then the gates after it are read (one BatchGetItem per 100) to find
+// room; the first take of an action on this instance also reads the action.
+func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 	now := action.Millis(t.Now)
-	u := newUpdate()
-	entry := map[string]types.AttributeValue{useAt: ts(now)}
-	if t.Reason != "" {
-		entry[useReason] = s(t.Reason)
-	}
-	if t.Write.Key != "" {
-		entry[useKey], entry[useFP] = s(t.Write.Key), s(t.Write.Fingerprint)
-	}
-	held, use := u.name(attrUsesHeld), u.name(attrUse+t.UseID)
-	one := u.value("one", n(1))
-	u.sets = append(u.sets,
-		use+" = "+u.value("entry", &types.AttributeValueMemberM{Value: entry}),
-		u.name(attrUseN+t.UseID)+" = "+held+" + "+one,
-		held+" = "+held+" + "+one)
-	cond := condConsumable + " AND {" + attrUsesHeld + "} < {" + attrMaxUses + "}" +
-		" AND (attribute_not_exists(" + use + ") OR attribute_exists(" + use + "." + u.name(useReleasedAt) + "))"
-	if t.Write.Key != "" {
-		k := u.name(attrUseKey + t.Write.Key)
-		u.sets = append(u.sets, k+" = "+u.value("useId", s(t.UseID)))
-		cond += " AND attribute_not_exists(" + k + ")"
-	}
-	u.value("nowMs", n(now.UnixMilli()))
-	written, old, err := st.update(ctx, pk, u, u.cond(cond+st.knownKeys(u, t.KeyIDs)), types.ReturnValueAllNew)
-	if itemFull(err) {
-		// The use does not fit in DynamoDB's 400 KB item (large useIds,
-		// reasons and keys on a large maxUses): no use is left. Nothing was
-		// written; the uses held stay answerable.
-		return nil, action.Reject(action.CodeNoUsesLeft, nil)
-	}
+	a, err := st.multiUse(ctx, t.Tenant, id, now, false)
 	if err != nil {
 		return nil, err
 	}
-	if old == nil {
-		return written, nil
+	if !a.MultiUse() {
+		return nil, action.ErrSingleUse
 	}
-	why := action.ClassifyUse(old, action.Attempt{Now: now, Key: t.Write.Key, Fingerprints: t.Fingerprints, UseID: t.UseID})
-	return nil, unknownKey(why, old, t.KeyIDs)
+	if a.KeyID != "" && !slices.Contains(t.KeyIDs, a.KeyID) {
+		return nil, &action.UnknownKeyError{KeyID: a.KeyID}
+	}
+	if err := action.Closed(a, now); err != nil {
+		return nil, err // from the item: nothing to write
+	}
+	keyed := t.Write.Key != ""
+	t.Write = named(t.Write)
+	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
+		Write: t.Write, Reason: t.Reason, RequestedAt: now}
+	tok := action.UseToken(t.UseID)
+	prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
+	if err != nil {
+		return nil, err
+	}
+	if prior != nil {
+		at := action.Attempt{Now: now, Key: t.Write.Key, Fingerprints: t.Fingerprints, RequestID: t.Write.RequestID}
+		same, err := action.Judge(prior, t.UseID, at)
+		if err != nil {
+			return nil, withAction(err, a)
+		}
+		if !same {
+			return nil, errors.New("store: a take's record is another call's") // only two calls of one name could
+		}
+		done, ans, err := st.resolveTake(ctx, a, prior, tok, now)
+		if done || err != nil {
+			return ans, err
+		}
+	}
+	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: now}, now)
+	if err != nil {
+		if keyed {
+			if r, ok := err.(*action.Rejection); ok && r.Code != action.CodeInternal {
+				if ferr := st.finishRecord(ctx, a, rec.Ref, r.Code, "", time.Time{}, time.Time{}); ferr != nil {
+					return nil, ferr
+				}
+			}
+		}
+		return nil, err
+	}
+	ans := &Taken{Action: a, UseID: t.UseID, UsedAt: p.At, Write: t.Write}
+	if p.Ref != rec.Ref {
+		// The useId holds a use another call took: answered as that take.
+		ans.Write, ans.Replayed = action.Write{}, true
+		if keyed {
+			if err := st.finishRecord(ctx, a, rec.Ref, action.OutcomeOK, p.Ref, p.At, time.Time{}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ans, nil
 }
 
-// itemFull reports whether DynamoDB refused a write because the item would
-// outgrow its 400 KB limit.
-func itemFull(err error) bool {
-	var apiErr smithy.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "ValidationException" && strings.Contains(apiErr.ErrorMessage(), "Item size")
+// resolveTake answers a take call re-sent (its record was there): from the
+// record when it has an outcome; else from the gate, when the call's use
+// is held or was released since. done is false when the call's gate write
+// never landed: the caller then makes it (the same entry, so a write that
+// lands twice is one use).
+func (st *Store) resolveTake(ctx context.Context, a *action.Action, r *action.UseRecord, tok string, now time.Time) (bool, *Taken, error) {
+	ans := &Taken{Action: a, UseID: r.UseID, Write: r.Write, Replayed: true}
+	switch r.Outcome {
+	case action.OutcomeOK:
+		ans.UsedAt = r.UsedAt
+		return true, ans, nil
+	case "":
+	default:
+		return true, nil, &ReplayedError{Err: action.Reject(r.Outcome, a)}
+	}
+	if !r.ReleasedAt.IsZero() {
+		ans.UsedAt = r.UsedAt // its use was released since
+		return true, ans, nil
+	}
+	e, err := st.findUse(ctx, a, tok, now)
+	if err != nil {
+		return false, nil, err
+	}
+	if e != nil && e.Ref == r.Ref {
+		ans.UsedAt = e.At
+		return true, ans, nil
+	}
+	return false, nil, nil
 }
 
-// unknownKey turns a refusal the domain cannot explain into an
-// *action.UnknownKeyError when the item is under a key set not in ids.
-func unknownKey(why error, old *action.Action, ids []string) error {
-	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && old.KeyID != "" && !slices.Contains(ids, old.KeyID) {
-		return &action.UnknownKeyError{KeyID: old.KeyID}
+// ReplayedError is the refusal a keyed call got when it was first sent,
+// answered again to its re-send.
+type ReplayedError struct{ Err error }
+
+func (e *ReplayedError) Error() string { return e.Err.Error() }
+func (e *ReplayedError) Unwrap() error { return e.Err }
+
+// named gives a call without a key or a request id (a caller of the store
+// other than the API, which always has one) a request id of its own: the
+// name of its record.
+func named(w action.Write) action.Write {
+	if w.Key == "" && w.RequestID == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		w.RequestID = "store-" + hex.EncodeToString(b)
 	}
-	return why
+	return w
+}
+
+// withAction attaches the action to a refusal that has none.
+func withAction(err error, a *action.Action) error {
+	if r, ok := err.(*action.Rejection); ok && r.Action == nil {
+		return action.Reject(r.Code, a)
+	}
+	return err
+}
+
+// ttlOf is the end of retention of an open action's records and gates.
+func (st *Store) ttlOf(a *action.Action) int64 { return a.ExpiresAt.Add(st.retention).Unix() }
+
+// place puts the useId's entry e in a gate and returns the entry that holds
+// the useId's use (e, or the one another take of the useId wrote).
+func (st *Store) place(ctx context.Context, a *action.Action, tok string, e action.Entry, now time.Time) (*action.Entry, error) {
+	gates := action.Gates(a.MaxUses)
+	home := action.HomeGate(tok, gates)
+	p, g, err := st.takeAt(ctx, a, home, tok, e, now)
+	if p != nil || err != nil {
+		return p, err
+	}
+	if a.Releasable {
+		return st.placeForwarded(ctx, a, home, g, tok, e, now)
+	}
+	// The home gate is full. A gate of an action that is not releasable
+	// never loses a use, so a gate once full stays full: the useId's use,
+	// if it has one, is in the first gate after home with room or holding
+	// it, and so is the room for a new one. The gates after home are read
+	// a few at first, more as they turn out full.
+	step := action.ProbeStep(tok, gates)
+	for off, n := 1, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+		idx := make([]int, 0, n)
+		for k := off; k < min(off+n, gates); k++ {
+			idx = append(idx, (home+k*step)%gates)
+		}
+		gs, err := st.probeGates(ctx, a, idx, tok, now)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range idx {
+			for g := gs[k]; ; {
+				if g != nil {
+					if held, ok := g.Entries[tok]; ok {
+						return &held, nil
+					}
+					if err := action.GateRefusal(a, g, now); err != nil {
+						return nil, err
+					}
+					if g.Full() {
+						break
+					}
+				}
+				p, g2, err := st.takeAt(ctx, a, i, tok, e, now)
+				if p != nil || err != nil {
+					return p, err
+				}
+				g = g2
+			}
+		}
+	}
+	return nil, action.Reject(action.CodeNoUsesLeft, a)
+}
+
+// takeAt writes the useId's entry into gate i with one conditional write,
+// creating the gate (from the action's create-time fields) when no take
+// wrote it yet. It returns the entry that holds the useId's use when it is
+// in this gate, or else the gate as the write saw it (full, or forwarding
+// the useId elsewhere); a closed, expired or pending gate is the refusal.
+func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string, e action.Entry, now time.Time) (*action.Entry, *action.Gate, error) {
+	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	for try := 0; ; try++ {
+		if try == maxGateTries {
+			return nil, nil, ErrUnavailable // the gate kept changing under us
+		}
+		upd := expression.Set(expression.Name(gEntry+tok), expression.Value(encodeEntry(e))).
+			Set(expression.Name(gHeld), expression.Plus(expression.IfNotExists(expression.Name(gHeld), expression.Value(0)), expression.Value(1))).
+			Set(expression.Name(gAction), expression.IfNotExists(expression.Name(gAction), expression.Value(a.CreatedAt.UnixMilli()))).
+			Set(expression.Name(gCap), expression.IfNotExists(expression.Name(gCap), expression.Value(action.GateCap(a.MaxUses, i)))).
+			Set(expression.Name(gActive), expression.IfNotExists(expression.Name(gActive), expression.Value(a.ActiveAt.UnixMilli()))).
+			Set(expression.Name(gExpires), expression.IfNotExists(expression.Name(gExpires), expression.Value(a.ExpiresAt.UnixMilli()))).
+			Set(expression.Name(attrTTL), expression.IfNotExists(expression.Name(attrTTL), expression.Value(st.ttlOf(a))))
+		cond := st.gateOpen(a, now).
+			And(expression.AttributeNotExists(expression.Name(gEntry + tok))).
+			And(expression.AttributeNotExists(expression.Name(gForward + tok))).
+			And(expression.Name(gHeld).LessThan(expression.Name(gCap)))
+		if a.Releasable {
+			upd = upd.Set(expression.Name(gClock), expression.Value(e.At.UnixMilli()))
+			cond = cond.And(clockBefore(e.At))
+		}
+		// A gate nobody wrote yet is created by this write, if the action
+		// is open and active by what the caller read of it.
+		if action.Closed(a, now) == nil {
+			cond = expression.AttributeNotExists(expression.Name(attrID)).Or(cond)
+		}
+		_, old, failed, err := st.gateWrite(ctx, itemKey, i, upd, cond, types.ReturnValueNone)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case !failed:
+			return &e, nil, nil
+		case old == nil:
+			if err := action.Closed(a, now); err != nil {
+				return nil, nil, err
+			}
+			continue
+		case !old.Live(a.CreatedAt, now):
+			if old.CreatedAt.After(a.CreatedAt) || old.TTL >= now.Unix() {
+				// A gate of a later action of this id: what we read of the
+				// action is out of date.
+				st.cache.drop(itemKey)
+				return nil, nil, ErrUnavailable
+			}
+			// The gate of an earlier action of this id, past its ttl (the
+			// table just has not removed it yet): replace it.
+			if err := st.replaceStaleGate(ctx, a, i, old); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if held, ok := old.Entries[tok]; ok {
+			return &held, nil, nil
+		}
+		if err := action.GateRefusal(a, old, now); err != nil {
+			if old.Closed {
+				st.finishCancel(ctx, a, old)
+			}
+			return nil, nil, err
+		}
+		if _, ok := old.Forwards[tok]; ok || old.Full() {
+			return nil, old, nil
+		}
+		if a.Releasable && !old.Clock.Before(e.At) {
+			e.At = after(old.Clock, e.At) // a later write committed with a later time
+			now = e.At
+			continue
+		}
+		// Room, no entry, open: it changed between the write and its
+		// answer (a release); try again.
+	}
+}
+
+// replaceStaleGate deletes gate i of an earlier action of this id (its
+// ttl passed: the table just has not removed it yet), if it is still the
+// one read.
+func (st *Store) replaceStaleGate(ctx context.Context, a *action.Action, i int, old *action.Gate) error {
+	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &st.table, Key: key(gateKey(tenant.ItemKey(a.Tenant, a.ID), i)),
+		ConditionExpression:       aws.String("#a = :a AND #ttl = :ttl"),
+		ExpressionAttributeNames:  map[string]string{"#a": gAction, "#ttl": attrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(old.CreatedAt.UnixMilli()), ":ttl": n(old.TTL)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return classifyErr(err)
+	}
+	return nil
+}
+
+// maxGateTries bounds the writes one take or release makes to its gate
+// when other writes keep changing it (a releasable action's gate is
+// written in time order: a write stamped before the gate's last one is
+// stamped again and retried).
+const maxGateTries = 64
+
+// after is the time to stamp a write to a gate that last carried clock:
+// now, or just after clock when the caller's clock is behind.
+func after(clock, now time.Time) time.Time {
+	if now.After(clock) {
+		return now
+	}
+	return clock.Add(time.Millisecond)
+}
+
+// gateOpen is the condition that gate of a is this action's, live, open,
+// active and not expired at now.
+func (st *Store) gateOpen(a *action.Action, now time.Time) expression.ConditionBuilder {
+	return expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+		And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
+		And(expression.AttributeNotExists(expression.Name(gClosed))).
+		And(expression.Name(gExpires).GreaterThan(expression.Value(now.UnixMilli()))).
+		And(expression.Name(gActive).LessThanEqual(expression.Value(now.UnixMilli())))
+}
+
+// clockBefore: a releasable action's gate last carried an earlier time.
+func clockBefore(at time.Time) expression.ConditionBuilder {
+	return expression.AttributeNotExists(expression.Name(gClock)).
+		Or(expression.Name(gClock).LessThan(expression.Value(at.UnixMilli())))
+}
+
+// findUse returns the entry holding the useId's use now, or nil: reads only.
+func (st *Store) findUse(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, error) {
+	e, _, err := st.locate(ctx, a, tok, now)
+	return e, err
+}
+
+// locate returns the entry holding the useId's use and its gate, or nil.
+func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, int, error) {
+	gates := action.Gates(a.MaxUses)
+	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
+	for off, n := 0, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+		idx := make([]int, 0, n)
+		for k := off; k < min(off+n, gates); k++ {
+			idx = append(idx, (home+k*step)%gates)
+		}
+		if a.Releasable {
+			idx = idx[:1] // its home gate holds it, or says where
+		}
+		gs, err := st.probeGates(ctx, a, idx, tok, now)
+		if err != nil {
+			return nil, 0, err
+		}
+		for k, g := range gs {
+			switch {
+			case g == nil:
+				return nil, 0, nil // a gate nothing was written to: the search ends here
+			case a.Releasable:
+				if e, ok := g.Entries[tok]; ok {
+					return &e, idx[k], nil
+				}
+				f, ok := g.Forwards[tok]
+				if !ok {
+					return nil, 0, nil
+				}
+				dg, err := st.probeGates(ctx, a, []int{f.Gate}, tok, now)
+				if err != nil || dg[0] == nil {
+					return nil, 0, err
+				}
+				if e, ok := dg[0].Entries[tok]; ok {
+					return &e, f.Gate, nil
+				}
+				return nil, 0, nil
+			}
+			if e, ok := g.Entries[tok]; ok {
+				return &e, idx[k], nil
+			}
+			if !g.Full() {
+				return nil, 0, nil
+			}
+		}
+		if a.Releasable {
+			break
+		}
+	}
+	return nil, 0, nil
+}
+
+// placeForwarded takes a use of a releasable action whose home gate hg is
+// full (or forwards the useId): the home gate records a forward to the
+// first gate after it with room (so the useId is still held at most once,
+// and its home gate says where), then that gate takes the entry. Three
+// writes instead of two; without room anywhere, no_uses_left.
+func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int, hg *action.Gate, tok string, e action.Entry, now time.Time) (*action.Entry, error) {
+	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	reread := func() error {
+		gs, err := st.probeGates(ctx, a, []int{home}, tok, now)
+		if err == nil && gs[0] == nil {
+			err = ErrUnavailable
+		}
+		if err == nil {
+			hg = gs[0]
+		}
+		return err
+	}
+	for try := 0; try < maxGateTries; try++ {
+		if held, ok := hg.Entries[tok]; ok {
+			return &held, nil
+		}
+		if f, ok := hg.Forwards[tok]; ok {
+			// Held in gate f.Gate, or a take of the useId is between its
+			// two writes (for a while), or one stopped there.
+			dg, err := st.probeGates(ctx, a, []int{f.Gate}, tok, now)
+			if err != nil {
+				return nil, err
+			}
+			if dg[0] != nil {
+				if held, ok := dg[0].Entries[tok]; ok {
+					return &held, nil
+				}
+			}
+			if now.Sub(f.At) < forwardPatience && time.Since(f.At) < forwardPatience {
+				time.Sleep(20 * time.Millisecond)
+			} else {
+				st.dropForward(ctx, a, home, tok, forward(f))
+			}
+			if err := reread(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if !hg.Full() {
+			p, g, err := st.takeAt(ctx, a, home, tok, e, now)
+			if p != nil || err != nil {
+				return p, err
+			}
+			hg = g
+			continue
+		}
+		d, err := st.roomAfter(ctx, a, home, tok, now)
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, action.Reject(action.CodeNoUsesLeft, a)
+		}
+		if !hg.Clock.Before(e.At) {
+			e.At = after(hg.Clock, e.At)
+			now = e.At
+		}
+		fwd := forward(action.Forward{Gate: d, At: e.At})
+		f := expression.Name(gForward + tok)
+		upd := expression.Set(f, expression.Value(fwd)).Set(expression.Name(gClock), expression.Value(e.At.UnixMilli()))
+		cond := st.gateOpen(a, now).And(expression.AttributeNotExists(expression.Name(gEntry + tok))).
+			And(expression.AttributeNotExists(f)).And(clockBefore(e.At))
+		_, old, failed, err := st.gateWrite(ctx, itemKey, home, upd, cond, types.ReturnValueNone)
+		switch {
+		case err != nil:
+			return nil, err
+		case failed && old == nil:
+			return nil, ErrUnavailable
+		case failed:
+			if err := action.GateRefusal(a, old, now); err != nil {
+				return nil, err
+			}
+			hg = old
+			continue
+		}
+		p, _, err := st.takeAt(ctx, a, d, tok, e, now)
+		if p != nil && p.Ref == e.Ref {
+			return p, nil
+		}
+		st.dropForward(ctx, a, home, tok, fwd)
+		if p != nil || err != nil {
+			return p, err
+		}
+		if err := reread(); err != nil { // that gate filled meanwhile
+			return nil, err
+		}
+	}
+	return nil, ErrUnavailable
+}
+
+// roomAfter returns the first gate after home with room (reads: a few
+// gates at first, more as they turn out full), or -1.
+func (st *Store) roomAfter(ctx context.Context, a *action.Action, home int, tok string, now time.Time) (int, error) {
+	gates := action.Gates(a.MaxUses)
+	step := action.ProbeStep(tok, gates)
+	for off, n := 1, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+		idx := make([]int, 0, n)
+		for k := off; k < min(off+n, gates); k++ {
+			idx = append(idx, (home+k*step)%gates)
+		}
+		gs, err := st.probeGates(ctx, a, idx, tok, now)
+		if err != nil {
+			return 0, err
+		}
+		for k, g := range gs {
+			if g == nil || !g.Full() && !g.Closed {
+				return idx[k], nil
+			}
+		}
+	}
+	return -1, nil
+}
+
+// dropForward removes the useId's forward from its home gate when it is
+// still val (best effort: a forward left behind is dropped by the next
+// take of the useId once stale).
+func (st *Store) dropForward(ctx context.Context, a *action.Action, home int, tok, val string) {
+	f := expression.Name(gForward + tok)
+	_, _, _, _ = st.gateWrite(ctx, tenant.ItemKey(a.Tenant, a.ID), home, expression.Remove(f), f.Equal(expression.Value(val)), types.ReturnValueNone)
 }
 
 // Release is a request to give back one use of a releasable action.
@@ -195,40 +682,363 @@ type Release struct {
 	Now          time.Time
 }
 
-// Release frees r.UseID's use with ONE conditional write (the action is
-// open and releasable, the use is held and, for a keyed call, the key made
-// no release before: relKey:<digest> records the release, so a re-send
-// after the useId took a use again replays instead of freeing that use).
-// Releasing it again answers with the first release (*action.Replay); other
-// refusals are action.ClassifyRelease's.
-func (st *Store) Release(ctx context.Context, id string, r Release) (*action.Action, error) {
-	pk := tenant.ItemKey(r.Tenant, id)
+// Released answers a release: the use given back, when it was taken and
+// when released; Replayed says the answer is the call's earlier one.
+type Released struct {
+	Action     *action.Action
+	UseID      string
+	UsedAt     time.Time
+	ReleasedAt time.Time
+	Replayed   bool
+}
+
+// Release frees r.UseID's use with ONE conditional write on the gate that
+// holds it (the useId's entry, the action open), then stamps the release on
+// the take's record (for later answers and republish): 2 writes. A keyed
+// call first reads the gate and records what it is about to release, so
+// the same key re-sent, even after the useId took a use again, replays
+// instead of freeing that use: a read and 3 writes. A useId that holds no
+// use answers use_not_found.
+func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, error) {
 	now := action.Millis(r.Now)
-	u := newUpdate()
-	use := u.name(attrUse + r.UseID)
-	held := u.name(attrUsesHeld)
-	u.sets = append(u.sets, use+"."+u.name(useReleasedAt)+" = "+u.value("rel", ts(now)),
-		held+" = "+held+" - "+u.value("one", n(1)))
-	u.value("nowMs", n(now.UnixMilli()))
-	cond := condOpen + " AND attribute_exists({" + attrReleasable + "})" +
-		" AND attribute_exists(" + use + "." + u.name(useAt) + ") AND attribute_not_exists(" + use + "." + u.name(useReleasedAt) + ")"
-	if r.Write.Key != "" {
-		u.sets = append(u.sets, use+"."+u.name(useRelKey)+" = "+u.value("rk", s(r.Write.Key)),
-			use+"."+u.name(useRelFP)+" = "+u.value("rf", s(r.Write.Fingerprint)))
-		// The release's record under its key; the use's take time is copied
-		// from the item by the same write (a SET reads the old item).
-		k := u.name(attrRelKey + r.Write.Key)
-		u.sets = append(u.sets, k+" = "+u.value("relRec", &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-			relUseID: s(r.UseID), relRel: ts(now), relFP: s(r.Write.Fingerprint),
-		}}), u.name(attrRelAt+r.Write.Key)+" = "+use+"."+u.name(useAt))
-		cond += " AND attribute_not_exists(" + k + ")"
-	}
-	written, old, err := st.update(ctx, pk, u, u.cond(cond), types.ReturnValueAllNew)
+	a, err := st.multiUse(ctx, r.Tenant, id, now, false)
 	if err != nil {
 		return nil, err
 	}
-	if old != nil {
-		return nil, action.ClassifyRelease(old, action.Attempt{Now: now, Key: r.Write.Key, Fingerprints: r.Fingerprints, UseID: r.UseID})
+	if !a.Releasable {
+		return nil, action.Reject(action.CodeNotReleasable, a)
 	}
-	return written, nil
+	tok := action.UseToken(r.UseID)
+	keyed := r.Write.Key != ""
+	r.Write = named(r.Write)
+	ref := action.RefHash(action.UseRef(action.OpRelease, r.Write))
+	var want *action.Entry
+	if keyed {
+		e, err := st.findUse(ctx, a, tok, now)
+		if err != nil {
+			return nil, err
+		}
+		rec := &action.UseRecord{Ref: ref, Op: action.OpRelease, UseID: r.UseID, Write: r.Write, RequestedAt: now}
+		if e == nil {
+			rec.Outcome = action.CodeUseNotFound
+		} else {
+			rec.Of, rec.UsedAt, rec.ReleasedAt = e.Ref, e.At, now
+		}
+		prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
+		switch {
+		case err != nil:
+			return nil, err
+		case prior != nil:
+			at := action.Attempt{Now: now, Key: r.Write.Key, Fingerprints: r.Fingerprints, RequestID: r.Write.RequestID}
+			if _, err := action.Judge(prior, r.UseID, at); err != nil {
+				return nil, withAction(err, a)
+			}
+			done, ans, err := st.resolveRelease(ctx, a, prior, tok, now)
+			if done || err != nil {
+				return ans, err
+			}
+			e, now = &action.Entry{Ref: prior.Of, At: prior.UsedAt}, prior.ReleasedAt
+		case e == nil:
+			return nil, action.Reject(action.CodeUseNotFound, a)
+		}
+		want = e
+	}
+	e, relAt, err := st.free(ctx, a, tok, want, now)
+	if err != nil {
+		var freed *freedError
+		if keyed && errors.As(err, &freed) {
+			// Freed by another call between our read and our write: this
+			// call found it made.
+			return st.releasedByOther(ctx, a, ref, r.UseID, want, freed.At)
+		}
+		return nil, err
+	}
+	if keyed && !relAt.Equal(now) {
+		if err := st.finishRecord(ctx, a, ref, "", e.Ref, e.At, relAt); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.stampRelease(ctx, a, e.Ref, r.UseID, e.At, relAt, r.Write); err != nil {
+		return nil, err
+	}
+	return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: relAt}, nil
+}
+
+// isCode reports whether err is a refusal with code c.
+func isCode(err error, c action.Code) bool {
+	var r *action.Rejection
+	return errors.As(err, &r) && r.Code == c
+}
+
+// releasedByOther answers a keyed release whose use another call freed
+// first (at, when the gate still said when): success found made, with that
+// release's time, kept as the key's answer.
+func (st *Store) releasedByOther(ctx context.Context, a *action.Action, ref, useID string, want *action.Entry, at time.Time) (*Released, error) {
+	for try := 0; at.IsZero() && try < 10; try++ {
+		// The other release stamps the take's record right after its gate
+		// write.
+		take, err := st.record(ctx, a, want.Ref)
+		if err != nil {
+			return nil, err
+		}
+		if take != nil && !take.ReleasedAt.IsZero() {
+			at = take.ReleasedAt
+			break
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	if at.IsZero() {
+		at = action.Millis(time.Now()) // freed by then
+	}
+	if err := st.finishRecord(ctx, a, ref, action.OutcomeOK, want.Ref, want.At, at); err != nil {
+		return nil, err
+	}
+	return &Released{Action: a, UseID: useID, UsedAt: want.At, ReleasedAt: at}, nil
+}
+
+// resolveRelease answers a keyed release re-sent: from its record when
+// that has an outcome, or when the use it was releasing is gone from its
+// gate (freed by it, or by another call: found made). done is false when
+// the use is still held: the caller frees it.
+func (st *Store) resolveRelease(ctx context.Context, a *action.Action, r *action.UseRecord, tok string, now time.Time) (bool, *Released, error) {
+	ans := &Released{Action: a, UseID: r.UseID, UsedAt: r.UsedAt, ReleasedAt: r.ReleasedAt, Replayed: true}
+	switch r.Outcome {
+	case action.OutcomeOK:
+		return true, ans, nil
+	case "":
+	default:
+		return true, nil, &ReplayedError{Err: action.Reject(r.Outcome, a)}
+	}
+	e, err := st.findUse(ctx, a, tok, now)
+	if err != nil {
+		return false, nil, err
+	}
+	if e != nil && e.Ref == r.Of {
+		return false, nil, nil
+	}
+	take, err := st.record(ctx, a, r.Of)
+	if err != nil {
+		return false, nil, err
+	}
+	if take != nil && take.Release.Key != r.Write.Key && !take.ReleasedAt.IsZero() {
+		ans.ReleasedAt = take.ReleasedAt // another call freed it first
+	}
+	return true, ans, nil
+}
+
+// free removes the useId's entry (want's, when set) from the gate that
+// holds it (its home gate, or the one its forward names), stamped with a
+// time later than every write that gate carried, and returns the entry
+// and that time. Precedence of refusals: no use held, canceled, expired.
+func (st *Store) free(ctx context.Context, a *action.Action, tok string, want *action.Entry, now time.Time) (*action.Entry, time.Time, error) {
+	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	home := action.HomeGate(tok, action.Gates(a.MaxUses))
+	gi, viaForward := home, ""
+	for try := 0; try < maxGateTries; try++ {
+		entry := expression.Name(gEntry + tok)
+		held := expression.AttributeExists(entry)
+		if want != nil {
+			held = entry.Equal(expression.Value(encodeEntry(*want)))
+		}
+		upd := expression.Remove(entry).
+			Set(expression.Name(gHeld), expression.Name(gHeld).Minus(expression.Value(1))).
+			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{At: now}}))).
+			Set(expression.Name(gClock), expression.Value(now.UnixMilli()))
+		// Open and not expired, however early its activeAt.
+		cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
+			And(expression.AttributeNotExists(expression.Name(gClosed))).
+			And(expression.Name(gExpires).GreaterThan(expression.Value(now.UnixMilli()))).
+			And(held).And(clockBefore(now))
+		was, old, failed, err := st.gateWrite(ctx, itemKey, gi, upd, cond, types.ReturnValueAllOld)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if !failed {
+			if viaForward != "" {
+				st.dropForward(ctx, a, home, tok, viaForward)
+			}
+			if e, ok := was.Entries[tok]; ok {
+				return &e, now, nil
+			}
+			return nil, time.Time{}, ErrUnavailable // ALL_OLD lacked the entry the condition saw
+		}
+		if old == nil || !old.Live(a.CreatedAt, now) {
+			return nil, time.Time{}, action.Reject(action.CodeUseNotFound, a)
+		}
+		e, ok := old.Entries[tok]
+		if !ok {
+			if f, fwd := old.Forwards[tok]; fwd && gi == home {
+				gi, viaForward = f.Gate, forward(f)
+				continue
+			}
+			return nil, time.Time{}, freedBefore(a, old, tok)
+		}
+		if want != nil && e != *want {
+			return nil, time.Time{}, freedBefore(a, old, tok)
+		}
+		if err := action.GateRefusal(a, old, now); err != nil && !isCode(err, action.CodeNotActive) {
+			if old.Closed {
+				st.finishCancel(ctx, a, old)
+			}
+			return nil, time.Time{}, err
+		}
+		if !old.Clock.Before(now) {
+			now = after(old.Clock, now)
+		}
+	}
+	return nil, time.Time{}, ErrUnavailable
+}
+
+// freedError is use_not_found from a gate whose last release freed the
+// useId's use at At (zero when the gate's last release was another's).
+type freedError struct {
+	*action.Rejection
+	At time.Time
+}
+
+func (e *freedError) Unwrap() error { return e.Rejection }
+
+func freedBefore(a *action.Action, g *action.Gate, tok string) error {
+	f := &freedError{Rejection: action.Reject(action.CodeUseNotFound, a)}
+	if g.LastRelease == tok {
+		f.At = g.LastReleaseTime
+	}
+	return f
+}
+
+// stampRelease records the release on the released take's record: its
+// usedAt and releasedAt, and the releasing call (for a re-sent keyed take,
+// republish and the take's key).
+func (st *Store) stampRelease(ctx context.Context, a *action.Action, takeRef, useID string, usedAt, releasedAt time.Time, w action.Write) error {
+	upd := expression.Set(expression.Name(rUsedAt), expression.Value(usedAt.UnixMilli())).
+		Set(expression.Name(rReleasedAt), expression.Value(releasedAt.UnixMilli())).
+		Set(expression.Name(rUseID), expression.Value(useID)).
+		Set(expression.Name(rAction), expression.Value(a.CreatedAt.UnixMilli())).
+		Set(expression.Name(rOp), expression.Value(action.OpTake)).
+		Set(expression.Name(attrTTL), expression.Value(st.ttlOf(a)))
+	for name, v := range map[string]string{rRelKey: w.Key, rRelFP: w.Fingerprint, rRelReq: w.RequestID} {
+		if v != "" {
+			upd = upd.Set(expression.Name(name), expression.Value(v))
+		}
+	}
+	_, _, _, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), takeRef), upd, nil, types.ReturnValueNone)
+	return err
+}
+
+// record reads one use record of a (nil when there is none).
+func (st *Store) record(ctx context.Context, a *action.Action, ref string) (*action.UseRecord, error) {
+	items, err := st.readItems(ctx, []string{recordKey(tenant.ItemKey(a.Tenant, a.ID), ref)}, nil)
+	if err != nil || items[0] == nil {
+		return nil, err
+	}
+	return DecodeRecord(items[0])
+}
+
+// finishCancel completes a cancel that closed a gate and stopped before its
+// own write (best effort; the caller answers canceled either way).
+func (st *Store) finishCancel(ctx context.Context, a *action.Action, g *action.Gate) {
+	cur, err := st.Get(ctx, a.Tenant, a.ID)
+	if err != nil || cur.Finished() || !cur.CreatedAt.Equal(a.CreatedAt) {
+		return
+	}
+	info, err := st.gateCancel(ctx, a, g.Index)
+	if err != nil || info == nil {
+		return
+	}
+	_, _ = st.Cancel(ctx, a.ID, *info)
+}
+
+// gateCancel reads the cancel that closed gate i.
+func (st *Store) gateCancel(ctx context.Context, a *action.Action, i int) (*Cancel, error) {
+	items, err := st.readItems(ctx, []string{gateKey(tenant.ItemKey(a.Tenant, a.ID), i)}, []string{gClosed, gCancel})
+	if err != nil || items[0] == nil {
+		return nil, err
+	}
+	m, ok := items[0][gCancel].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil, nil
+	}
+	d := dynamoitem.Decoder{Item: m.Value}
+	c := dynamoitem.Decoder{Item: items[0]}
+	return &Cancel{Tenant: a.Tenant, Reason: d.Str("r"), Write: action.Write{Key: d.Str("k"), Fingerprint: d.Str("f"), RequestID: d.Str("q")},
+		Now: time.UnixMilli(c.Num(gClosed)).UTC()}, nil
+}
+
+// actionCache keeps what a multi-use action's create wrote (all that takes
+// and releases need of its item) for cacheTTL: its gates decide what
+// happens, so a copy a minute old answers as well as a read.
+type actionCache struct {
+	mu sync.Mutex
+	m  map[string]cachedAction
+}
+
+type cachedAction struct {
+	a  *action.Action
+	at time.Time
+}
+
+const (
+	cacheTTL = time.Minute
+	cacheMax = 10_000
+)
+
+func (c *actionCache) get(key string, now time.Time) *action.Action {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[key]; ok && now.Sub(e.at) < cacheTTL && now.Sub(e.at) >= -time.Second {
+		cp := *e.a
+		return &cp
+	}
+	return nil
+}
+
+func (c *actionCache) put(key string, a *action.Action, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= cacheMax {
+		c.m = map[string]cachedAction{}
+	}
+	cp := *a
+	c.m[key] = cachedAction{a: &cp, at: now}
+}
+
+func (c *actionCache) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+// multiUse returns a tenant's action for a take, a release or a listing:
+// from the cache unless fresh, else read (and a legacy item migrated to
+// gates first). A finished action read here is answered without a write.
+func (st *Store) multiUse(ctx context.Context, tenantName, id string, now time.Time, fresh bool) (*action.Action, error) {
+	itemKey := tenant.ItemKey(tenantName, id)
+	if !fresh {
+		if a := st.cache.get(itemKey, now); a != nil {
+			return a, nil
+		}
+	}
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.table, Key: key(itemKey), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, classifyErr(err)
+	}
+	if out.Item == nil {
+		return nil, action.Reject(action.CodeNotFound, nil)
+	}
+	a, err := Decode(out.Item)
+	if err != nil {
+		return nil, err
+	}
+	if isLegacy(out.Item) {
+		if a, err = st.migrate(ctx, out.Item, a, now); err != nil {
+			return nil, err
+		}
+	}
+	if a.MultiUse() {
+		st.cache.put(itemKey, a, now)
+	}
+	return a, nil
 }

@@ -8,6 +8,7 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -15,6 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 )
 
@@ -157,23 +161,116 @@ func init() { coldStart.Store(true) }
 // ColdStart reports true exactly once per process: for its first request.
 func ColdStart() bool { return coldStart.Swap(false) }
 
-type counterKey struct{}
+type usageKey struct{}
 
-// WithRequestCounter returns a context in which CountRequests counts the
-// DynamoDB requests (retries included) made with it.
-func WithRequestCounter(ctx context.Context) (context.Context, *atomic.Int64) {
-	n := new(atomic.Int64)
-	return context.WithValue(ctx, counterKey{}, n), n
+// Usage is one request's use of DynamoDB, counted by MeterDynamoDB: its
+// attempts (retries included), the write units DynamoDB reported for its
+// writes (ReturnConsumedCapacity), and its conditional writes whose
+// condition failed (DynamoDB reports no capacity for those; it bills each
+// like a write of the item).
+type Usage struct {
+	requests     atomic.Int64
+	writeMilli   atomic.Int64 // write units × 1000
+	failedWrites atomic.Int64
 }
 
-// CountRequests is an SDK client API option: it counts each attempt (it sits
-// after the retry middleware) into the context's request counter.
-func CountRequests(stack *middleware.Stack) error {
-	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("exactonceCountRequests",
+// Requests is the DynamoDB attempts made.
+func (u *Usage) Requests() int64 { return u.requests.Load() }
+
+// WriteUnits is the write capacity DynamoDB reported.
+func (u *Usage) WriteUnits() float64 { return float64(u.writeMilli.Load()) / 1000 }
+
+// FailedWrites is the conditional writes refused by their condition.
+func (u *Usage) FailedWrites() int64 { return u.failedWrites.Load() }
+
+// WithUsage returns a context in which MeterDynamoDB counts the DynamoDB
+// use of the calls made with it.
+func WithUsage(ctx context.Context) (context.Context, *Usage) {
+	u := new(Usage)
+	return context.WithValue(ctx, usageKey{}, u), u
+}
+
+// MeterDynamoDB is an SDK client API option: it counts each attempt (after
+// the retry middleware) into the context's Usage, asks DynamoDB for the
+// consumed capacity of every write that does not ask already (TOTAL), and
+// adds what each reports.
+func MeterDynamoDB(stack *middleware.Stack) error {
+	err := stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("exactonceCountRequests",
 		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-			if n, ok := ctx.Value(counterKey{}).(*atomic.Int64); ok {
-				n.Add(1)
+			if u, ok := ctx.Value(usageKey{}).(*Usage); ok {
+				u.requests.Add(1)
 			}
 			return next.HandleFinalize(ctx, in)
 		}), middleware.After)
+	if err != nil {
+		return err
+	}
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("exactonceWriteUnits",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			u, ok := ctx.Value(usageKey{}).(*Usage)
+			if !ok {
+				return next.HandleInitialize(ctx, in)
+			}
+			askCapacity(in.Parameters)
+			out, md, err := next.HandleInitialize(ctx, in)
+			var ccf *types.ConditionalCheckFailedException
+			switch {
+			case errors.As(err, &ccf):
+				u.failedWrites.Add(1)
+			case err == nil:
+				for _, c := range writeCapacity(out.Result) {
+					u.writeMilli.Add(int64(aws.ToFloat64(c.CapacityUnits)*1000 + 0.5))
+				}
+			}
+			return out, md, err
+		}), middleware.After)
+}
+
+// askCapacity sets ReturnConsumedCapacity on a write that leaves it unset.
+func askCapacity(params any) {
+	switch p := params.(type) {
+	case *dynamodb.UpdateItemInput:
+		if p.ReturnConsumedCapacity == "" {
+			p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+		}
+	case *dynamodb.PutItemInput:
+		if p.ReturnConsumedCapacity == "" {
+			p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+		}
+	case *dynamodb.DeleteItemInput:
+		if p.ReturnConsumedCapacity == "" {
+			p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+		}
+	case *dynamodb.BatchWriteItemInput:
+		if p.ReturnConsumedCapacity == "" {
+			p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+		}
+	case *dynamodb.TransactWriteItemsInput:
+		if p.ReturnConsumedCapacity == "" {
+			p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+		}
+	}
+}
+
+// writeCapacity is the capacity a write's output reports.
+func writeCapacity(result any) []types.ConsumedCapacity {
+	one := func(c *types.ConsumedCapacity) []types.ConsumedCapacity {
+		if c == nil {
+			return nil
+		}
+		return []types.ConsumedCapacity{*c}
+	}
+	switch r := result.(type) {
+	case *dynamodb.UpdateItemOutput:
+		return one(r.ConsumedCapacity)
+	case *dynamodb.PutItemOutput:
+		return one(r.ConsumedCapacity)
+	case *dynamodb.DeleteItemOutput:
+		return one(r.ConsumedCapacity)
+	case *dynamodb.BatchWriteItemOutput:
+		return r.ConsumedCapacity
+	case *dynamodb.TransactWriteItemsOutput:
+		return r.ConsumedCapacity
+	}
+	return nil
 }

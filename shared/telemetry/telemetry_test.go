@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -90,36 +91,59 @@ func TestColdStartOnce(t *testing.T) {
 	}
 }
 
-// TestCountRequests: the middleware counts every attempt of a real SDK
-// client (a throttled try and its retry are two), only in a counting context.
-func TestCountRequests(t *testing.T) {
+// TestMeterDynamoDB: the middleware counts every attempt of a real SDK
+// client (a throttled try and its retry are two), asks each write for its
+// consumed capacity and adds what DynamoDB reports, counts a write refused
+// by its condition (which reports none), and only in a metering context.
+func TestMeterDynamoDB(t *testing.T) {
 	var calls atomic.Int32
+	var asked atomic.Value
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		if calls.Add(1) == 1 {
+		body, _ := io.ReadAll(r.Body)
+		switch n := calls.Add(1); {
+		case n == 1:
 			w.WriteHeader(400)
 			w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"slow down"}`))
-			return
+		case strings.HasSuffix(r.Header.Get("X-Amz-Target"), "UpdateItem") && strings.Contains(string(body), `"fail"`):
+			w.WriteHeader(400)
+			w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}`))
+		case strings.HasSuffix(r.Header.Get("X-Amz-Target"), "UpdateItem"):
+			asked.Store(string(body))
+			w.Write([]byte(`{"ConsumedCapacity":{"TableName":"t","CapacityUnits":1.5}}`))
+		default:
+			w.Write([]byte(`{}`))
 		}
-		w.Write([]byte(`{}`))
 	}))
 	defer fake.Close()
 	cfg := config.Local(fake.URL)
 	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), time.Millisecond) }
-	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, telemetry.CountRequests) })
-	get := &dynamodb.GetItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "a"}}}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, telemetry.MeterDynamoDB) })
+	key := map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "a"}}
+	get := &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key}
 
-	ctx, n := telemetry.WithRequestCounter(context.Background())
+	ctx, u := telemetry.WithUsage(context.Background())
 	if _, err := db.GetItem(ctx, get); err != nil {
 		t.Fatal(err)
 	}
-	if n.Load() != 2 || calls.Load() != 2 {
-		t.Fatalf("counted %d requests, server saw %d; want 2 (throttled + retry)", n.Load(), calls.Load())
+	if u.Requests() != 2 || calls.Load() != 2 {
+		t.Fatalf("counted %d requests, server saw %d; want 2 (throttled + retry)", u.Requests(), calls.Load())
 	}
-	if _, err := db.GetItem(context.Background(), get); err != nil { // no counter: nothing to count into
+	for _, id := range []string{"a", "fail"} {
+		_, _ = db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}},
+			UpdateExpression: aws.String("SET #a = :a"), ConditionExpression: aws.String("attribute_exists(#a)"),
+			ExpressionAttributeNames: map[string]string{"#a": "x"}, ExpressionAttributeValues: map[string]types.AttributeValue{":a": &types.AttributeValueMemberN{Value: "1"}}})
+	}
+	if u.WriteUnits() != 1.5 || u.FailedWrites() != 1 || u.Requests() != 4 {
+		t.Fatalf("write units %v, failed writes %d, requests %d; want 1.5, 1, 4", u.WriteUnits(), u.FailedWrites(), u.Requests())
+	}
+	if b, _ := asked.Load().(string); !strings.Contains(b, `"ReturnConsumedCapacity":"TOTAL"`) {
+		t.Fatalf("the write did not ask for its capacity: %s", b)
+	}
+	if _, err := db.GetItem(context.Background(), get); err != nil { // no Usage: nothing to count into
 		t.Fatal(err)
 	}
-	if n.Load() != 2 {
+	if u.Requests() != 4 {
 		t.Errorf("a call outside the context was counted")
 	}
 }

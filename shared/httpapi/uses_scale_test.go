@@ -1,0 +1,164 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
+	"github.com/exactonce/exactonce/local/server"
+)
+
+// logLines returns the request log lines of route (the JSON the API logs
+// for every request).
+func logLines(t *testing.T, env *testkit.Env, route string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(env.Log.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l["msg"] == "request" && l["route"] == route {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestTakeCostsTheSameAtAnyN: maxUses up to 1,000,000 is accepted; every
+// take's request log line carries writeUnits, what DynamoDB reported for
+// it, and no take costs more than 2 write units: the 1st, the 500th and the
+// 1,000th take of an action of a million uses cost the same as a take of a
+// 2-use coupon. (The single-item design charged 1, 2, 12, 112 write units
+// per take at 1, 10, 100, 1,000 uses held and refused maxUses over 1,000.)
+func TestTakeCostsTheSameAtAnyN(t *testing.T) {
+	env := testkit.NewEnv(t)
+	if r := do(t, env, "POST", "/actions", `{"actionId":"mega","userId":"u","maxUses":1000001}`); r.Status != 400 || r.Str("field") != "maxUses" {
+		t.Fatalf("maxUses over a million: %d %s", r.Status, r.Raw)
+	}
+	create(t, env, `{"actionId":"mega","userId":"u","maxUses":1000000}`)
+	create(t, env, `{"actionId":"pair","userId":"u","maxUses":2}`)
+	if r := do(t, env, "POST", "/actions/pair/consume", `{"useId":"a"}`, "Idempotency-Key", "pair-a"); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range 1000 {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if r, err := testkit.Send(client, "POST", env.URL+"/actions/mega/consume", fmt.Sprintf(`{"useId":"u%d"}`, i), "Idempotency-Key", fmt.Sprintf("mega-%d", i)); err != nil || r.Status != 200 {
+				t.Errorf("take %d: %v %v", i, err, r)
+			}
+		})
+	}
+	wg.Wait()
+	if g := do(t, env, "GET", "/actions/mega", ""); g.Body["usesHeld"] != 1000.0 || g.Body["usesRemaining"] != 999000.0 {
+		t.Fatalf("GET: %s", g.Raw)
+	}
+	lines := logLines(t, env, "POST /actions/{actionId}/consume")
+	if len(lines) != 1001 {
+		t.Fatalf("%d consume log lines, want 1001", len(lines))
+	}
+	most := 0.0
+	for _, l := range lines {
+		wu, ok := l["writeUnits"].(float64)
+		if !ok || wu > 2 || wu <= 0 {
+			t.Fatalf("a take's log line: writeUnits %v: %v", l["writeUnits"], l)
+		}
+		most = max(most, wu)
+	}
+	t.Logf("1,001 takes (1 on 2 uses, 1,000 on a million): at most %.1f write units each", most)
+}
+
+// TestExactlyNUnderLostAnswers: 2,000 distinct takers, 256 at once, on
+// maxUses 1,500 while the fault proxy drops a tenth of DynamoDB's answers
+// after the write applied (the SDK re-sends it) and every caller re-sends
+// its take with its Idempotency-Key on a 5xx or a broken connection:
+// exactly 1,500 × 200 and 500 × 409 no_uses_left, and the action holds
+// exactly the 1,500 uses answered 200, each once.
+func TestExactlyNUnderLostAnswers(t *testing.T) {
+	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 31, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	env := testkit.NewEnv(t, func(o *server.Options) {
+		o.AWS.BaseEndpoint = aws.String(p.URL)
+		o.AWS.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond) }
+	})
+	create(t, env, `{"actionId":"sale","userId":"shop","maxUses":1500}`)
+	p.SetRates(faults.Rates{DropAfter: 0.1})
+	var ok, full, resent atomic.Int32
+	var mu sync.Mutex
+	taken := map[string]string{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := range 2000 {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			body, key := fmt.Sprintf(`{"useId":"buyer-%d"}`, i), fmt.Sprintf("order-%d", i)
+			for try := 0; ; try++ {
+				r, err := testkit.Send(client, "POST", env.URL+"/actions/sale/consume", body, "Idempotency-Key", key)
+				switch {
+				case err == nil && r.Status == 200:
+					ok.Add(1)
+					mu.Lock()
+					taken[fmt.Sprintf("buyer-%d", i)] = r.Str("usedAt")
+					mu.Unlock()
+				case err == nil && r.Status == 409 && r.Str("error") == "no_uses_left":
+					full.Add(1)
+				case (err != nil || r.Status >= 500) && try < 30:
+					resent.Add(1)
+					continue
+				default:
+					t.Errorf("buyer %d: %v %v", i, err, r)
+				}
+				return
+			}
+		})
+	}
+	wg.Wait()
+	p.SetRates(faults.Rates{})
+	t.Logf("%d × 200, %d × 409, %d re-sends by callers; fault proxy: %s", ok.Load(), full.Load(), resent.Load(), p)
+	if ok.Load() != 1500 || full.Load() != 500 || len(taken) != 1500 {
+		t.Fatalf("%d × 200 (%d buyers), %d × 409; want exactly 1,500 and 500", ok.Load(), len(taken), full.Load())
+	}
+	if p.Counts().Dropped == 0 {
+		t.Fatal("no answer was dropped")
+	}
+	if g := do(t, env, "GET", "/actions/sale", ""); g.Body["usesHeld"] != 1500.0 || g.Body["usesRemaining"] != 0.0 {
+		t.Fatalf("GET: %s", g.Raw)
+	}
+	listed := map[string]bool{}
+	for cursor := ""; ; {
+		path := "/actions/sale/uses?limit=100"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		l := do(t, env, "GET", path, "")
+		for _, u := range l.Body["uses"].([]any) {
+			id := u.(map[string]any)["useId"].(string)
+			if listed[id] || taken[id] == "" {
+				t.Fatalf("listed %s twice, or not answered 200", id)
+			}
+			listed[id] = true
+		}
+		if cursor = l.Str("cursor"); cursor == "" {
+			break
+		}
+	}
+	if len(listed) != 1500 {
+		t.Fatalf("%d uses listed, want 1,500", len(listed))
+	}
+}
