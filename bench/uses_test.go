@@ -43,49 +43,59 @@ type useCostRow struct {
 // hotAction is one action's takes under a per-item write limit.
 type hotAction struct {
 	MaxUses, Clients, Takes, Refused, Held int
+	Resent                                 int     // takes the callers sent again after a 503 (throttled past the SDK's attempts)
 	ItemLimit                              float64 // writes per second any one item takes
 	TakesPerSecond                         float64
 	Ratio                                  float64 // TakesPerSecond / ItemLimit: above 1, the action is spread beyond one item
 	Throttled                              int64   // writes the limit refused (retried by the SDK)
 }
 
-// usesOutcomes adds the multi-use routes to requestsPerOutcome. A take is
-// its call's record and one gate write; the first take of an action on an
-// instance also reads the action (its create-time fields are then kept); a
-// release is one gate write and the stamp on the take's record; a keyed
-// release reads the gate and records itself first.
+// usesOutcomes adds the multi-use routes to requestsPerOutcome, each with
+// the requests it may take (usesLimits). A take is its call's record and
+// one gate write; the first take of an action on an instance also reads the
+// action (its create-time fields are then kept); a release is one gate
+// write and the stamp on the take's record; a keyed release reads the gate
+// and records itself first.
 func usesOutcomes(t *testing.T, env *testkit.Env, call func(route, outcome, method, path, body string, headers ...string) *testkit.Response) {
 	testkit.Do(t, nil, "POST", env.URL+"/actions", `{"actionId":"m1","userId":"u","maxUses":2,"releasable":true}`)
-	const consume, release = "POST /actions/{actionId}/consume", "POST /actions/{actionId}/uses/{useId}/release"
-	call(consume, "used (useId d1; the instance's first take of the action: GetItem + record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
-	call(consume, "replayed (useId d1 again: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`)
-	call(consume, "replayed (keyed re-send: its record + a read of the gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, "Idempotency-Key", "m1")
-	call(consume, "idempotency_key_reused (the key on another useId: its record)", "POST", "/actions/m1/consume", `{"useId":"d9"}`, "Idempotency-Key", "m1")
-	call(consume, "used (useId d2: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d2"}`)
-	call(consume, "no_uses_left (record + gate)", "POST", "/actions/m1/consume", `{"useId":"d3"}`)
-	call(consume, "invalid_request (no useId on a multi-use action: the failed write tells)", "POST", "/actions/m1/consume", `{}`)
-	call(release, "released (gate + the take's record)", "POST", "/actions/m1/uses/d1/release", ``)
-	call(release, "released (keyed: a read of the gate + its record + gate + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, "Idempotency-Key", "r2")
-	call(release, "replayed (keyed re-send: its record)", "POST", "/actions/m1/uses/d2/release", ``, "Idempotency-Key", "r2")
-	call(release, "use_not_found (released already: the gate)", "POST", "/actions/m1/uses/d1/release", ``)
-	call(release, "use_not_found (never taken: the gate)", "POST", "/actions/m1/uses/nobody/release", ``)
-	call(release, "not_releasable (a single-use action: its read)", "POST", "/actions/r1/uses/d1/release", ``)
-	call("GET /actions/{actionId}", "ok (a multi-use action: GetItem + its gates)", "GET", "/actions/m1", "")
-	call("GET /actions/{actionId}/uses", "ok (GetItem + its gates + their records)", "GET", "/actions/m1/uses", "")
+	for _, u := range usesRows {
+		call(u.route, u.outcome, u.method, u.path, u.body, u.headers...)
+	}
 }
 
-// usesLimits are the requests each multi-use outcome may take, by label.
-func usesLimit(outcome string) (int, bool) {
-	switch {
-	case strings.HasPrefix(outcome, "used (useId d1; the instance's first"):
-		return 3, true
-	case strings.HasPrefix(outcome, "released (keyed"):
-		return 4, true
-	case strings.HasPrefix(outcome, "ok (GetItem + its gates + their records)"):
-		return 3, true
-	case strings.HasPrefix(outcome, "used"), strings.HasPrefix(outcome, "replayed ("), strings.HasPrefix(outcome, "no_uses_left ("),
-		strings.HasPrefix(outcome, "released ("), strings.HasPrefix(outcome, "ok (a multi-use"):
-		return 2, true
+// usesRows are the multi-use calls of the report, in order, with the
+// DynamoDB requests each may take (docs/http-api.md, "Multi-use actions").
+var usesRows = []struct {
+	route, outcome, method, path, body string
+	headers                            []string
+	limit                              int
+}{
+	{usesConsume, "used (useId d1; the instance's first take of the action: GetItem + record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, []string{"Idempotency-Key", "m1"}, 3},
+	{usesConsume, "replayed (useId d1 again: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, nil, 2},
+	{usesConsume, "replayed (keyed re-send: its record + a read of the gate)", "POST", "/actions/m1/consume", `{"useId":"d1"}`, []string{"Idempotency-Key", "m1"}, 2},
+	{usesConsume, "idempotency_key_reused (the key on another useId: its record)", "POST", "/actions/m1/consume", `{"useId":"d9"}`, []string{"Idempotency-Key", "m1"}, 1},
+	{usesConsume, "used (useId d2: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d2"}`, nil, 2},
+	{usesConsume, "no_uses_left (record + gate)", "POST", "/actions/m1/consume", `{"useId":"d3"}`, nil, 2},
+	{usesConsume, "invalid_request (no useId on a multi-use action: the failed write tells)", "POST", "/actions/m1/consume", `{}`, nil, 1},
+	{usesRelease, "released (gate + the take's record)", "POST", "/actions/m1/uses/d1/release", ``, nil, 2},
+	{usesRelease, "released (keyed: a read of the gate + its record + gate + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, []string{"Idempotency-Key", "r2"}, 4},
+	{usesRelease, "replayed (keyed re-send: a read of the gate + its record + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, []string{"Idempotency-Key", "r2"}, 3},
+	{usesRelease, "use_not_found (released already: the gate)", "POST", "/actions/m1/uses/d1/release", ``, nil, 1},
+	{usesRelease, "use_not_found (never taken: the gate)", "POST", "/actions/m1/uses/nobody/release", ``, nil, 1},
+	{usesRelease, "not_releasable (a single-use action: its read)", "POST", "/actions/r1/uses/d1/release", ``, nil, 1},
+	{usesConsume, "used (useId d4, after the releases: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d4"}`, nil, 2},
+	{"GET /actions/{actionId}", "ok (a multi-use action: GetItem + its gates)", "GET", "/actions/m1", "", nil, 2},
+	{"GET /actions/{actionId}/uses", "ok (GetItem + its gates + their records)", "GET", "/actions/m1/uses", "", nil, 3},
+}
+
+const usesConsume, usesRelease = "POST /actions/{actionId}/consume", "POST /actions/{actionId}/uses/{useId}/release"
+
+// usesLimit is the requests a multi-use row of the report may take.
+func usesLimit(route, outcome string) (int, bool) {
+	for _, u := range usesRows {
+		if u.route == route && u.outcome == outcome {
+			return u.limit, true
+		}
 	}
 	return 0, false
 }
@@ -196,17 +206,25 @@ func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
 	if itemLimit > 0 {
 		p.LimitItemWrites(itemLimit)
 	}
-	var taken, refused atomic.Int32
+	var taken, refused, resent atomic.Int32
 	var wg sync.WaitGroup
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
-			for i := 0; ; i++ {
+			for i, try := 0, 0; ; {
 				_, err := st.Take(ctx, a.ID, store.Take{UseID: fmt.Sprintf("c%d-%d", c, i), Now: time.Now()})
 				var rej *action.Rejection
 				switch {
 				case err == nil:
 					taken.Add(1)
+					i, try = i+1, 0
+					continue
+				case errors.Is(err, store.ErrUnavailable) && try < 20:
+					// Throttled past the SDK's attempts: the API answers 503
+					// and the caller sends the same useId again (a useId
+					// holds one use: a re-send never takes a second).
+					resent.Add(1)
+					try++
 					continue
 				case errors.As(err, &rej) && rej.Code == action.CodeNoUsesLeft:
 					refused.Add(1)
@@ -220,7 +238,7 @@ func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
 	wg.Wait()
 	el := time.Since(start)
 	p.LimitItemWrites(0)
-	h.Takes, h.Refused, h.Throttled = int(taken.Load())+1, int(refused.Load()), p.Counts().HotItem
+	h.Takes, h.Refused, h.Throttled, h.Resent = int(taken.Load())+1, int(refused.Load()), p.Counts().HotItem, int(resent.Load())
 	h.TakesPerSecond = float64(h.Takes-1) / el.Seconds()
 	if itemLimit > 0 {
 		h.Ratio = h.TakesPerSecond / itemLimit
@@ -248,23 +266,23 @@ func (u usesReport) markdown() string {
 	if h.Takes == 0 {
 		return b.String()
 	}
-	fmt.Fprintf(&b, "\nHot action: %d clients racing for the %d uses of one action while no item takes more than %.0f writes/s (the fault proxy answers a hot item as DynamoDB does): %d taken, %d refused (no_uses_left), %d held at the end, %d writes throttled and retried; %.0f takes/s = %.1f× what one item allows.\n",
-		h.Clients, h.MaxUses, h.ItemLimit, h.Takes, h.Refused, h.Held, h.Throttled, h.TakesPerSecond, h.Ratio)
+	fmt.Fprintf(&b, "\nHot action: %d clients racing for the %d uses of one action while no item takes more than %.0f writes/s (the fault proxy answers a hot item as DynamoDB does): %d taken, %d refused (no_uses_left), %d held at the end, %d writes throttled and retried by the SDK, %d takes sent again by their callers after a 503; %.0f takes/s = %.1f× what one item allows.\n",
+		h.Clients, h.MaxUses, h.ItemLimit, h.Takes, h.Refused, h.Held, h.Throttled, h.Resent, h.TakesPerSecond, h.Ratio)
 	return b.String()
 }
 
 // TestUsesCost: a take and a release cost the same write units at 1 and
-// 1,000 uses held (make bench's TestReport goes to 100,000 and prints the
+// 200 uses held (make bench's TestReport goes to 100,000 and prints the
 // hot action under a limit of 100 writes/s per item), and one action is not
 // bound by one item's write limit: on this machine, whatever its speed,
 // with the limit set 20 times below what the machine takes unthrottled,
 // the action still serves at least 5 times the limit, exactly its uses.
 func TestUsesCost(t *testing.T) {
 	env := testkit.NewEnv(t)
-	u := usesCost(t, env, 1, 1000)
-	free := hot(t, 3000, 64, 0)
+	u := usesCost(t, env, 1, 200)
+	free := hot(t, 1200, 64, 0)
 	limit := max(1, free.TakesPerSecond/20)
-	u.Hot = hot(t, 3000, 64, limit)
+	u.Hot = hot(t, 1200, 64, limit)
 	t.Log(u.markdown())
 	t.Logf("unthrottled: %.0f takes/s; with every item held to %.1f writes/s: %.0f takes/s (%.1f× the limit)", free.TakesPerSecond, limit, u.Hot.TakesPerSecond, u.Hot.Ratio)
 	for _, r := range u.Rows {

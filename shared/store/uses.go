@@ -733,7 +733,7 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 			if _, err := action.Judge(prior, r.UseID, at); err != nil {
 				return nil, withAction(err, a)
 			}
-			done, ans, err := st.resolveRelease(ctx, a, prior, tok, now)
+			done, ans, err := st.resolveRelease(ctx, a, prior, e)
 			if done || err != nil {
 				return ans, err
 			}
@@ -800,9 +800,10 @@ func (st *Store) releasedByOther(ctx context.Context, a *action.Action, ref, use
 
 // resolveRelease answers a keyed release re-sent: from its record when
 // that has an outcome, or when the use it was releasing is gone from its
-// gate (freed by it, or by another call: found made). done is false when
-// the use is still held: the caller frees it.
-func (st *Store) resolveRelease(ctx context.Context, a *action.Action, r *action.UseRecord, tok string, now time.Time) (bool, *Released, error) {
+// gate (held, the useId's entry this call read before writing its record:
+// freed by it, or by another call, found made). done is false when the use
+// is still held: the caller frees it.
+func (st *Store) resolveRelease(ctx context.Context, a *action.Action, r *action.UseRecord, held *action.Entry) (bool, *Released, error) {
 	ans := &Released{Action: a, UseID: r.UseID, UsedAt: r.UsedAt, ReleasedAt: r.ReleasedAt, Replayed: true}
 	switch r.Outcome {
 	case action.OutcomeOK:
@@ -811,11 +812,7 @@ func (st *Store) resolveRelease(ctx context.Context, a *action.Action, r *action
 	default:
 		return true, nil, &ReplayedError{Err: action.Reject(r.Outcome, a)}
 	}
-	e, err := st.findUse(ctx, a, tok, now)
-	if err != nil {
-		return false, nil, err
-	}
-	if e != nil && e.Ref == r.Of {
+	if held != nil && held.Ref == r.Of {
 		return false, nil, nil
 	}
 	take, err := st.record(ctx, a, r.Of)
