@@ -23,8 +23,9 @@ type Options[In, Out any] struct {
 	// Store keeps the keys: dynamostore.New(db, table), or a hosted
 	// client.KeyStore.
 	Store Persistence
-	// Key derives the idempotency key from the input (KeyPath or KeyJMESPath
-	// read it from the JSON of the input). nil: the whole input is the key
+	// Key derives the idempotency key from the input (KeyJMESPath reads it
+	// from the JSON of the input, as Powertools' event_key_jmespath). nil:
+	// the whole input is the key
 	// (its canonical JSON, hashed), as Powertools does without
 	// event_key_jmespath. A missing key ("", or what MissingKey counts as
 	// missing) is ErrNoKey, unless RunWithoutKey.
@@ -35,7 +36,7 @@ type Options[In, Out any] struct {
 	RunWithoutKey bool
 	// Payload picks the part of the input that must not change under one
 	// key; another value under a used key is ErrPayloadMismatch.
-	// PayloadPaths and PayloadJMESPath pick parts of the JSON. nil: no
+	// PayloadJMESPath picks parts of the JSON. nil: no
 	// payload validation (as Powertools without
 	// payload_validation_jmespath).
 	Payload func(In) (any, error)
