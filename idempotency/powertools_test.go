@@ -23,7 +23,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 type apigw = events.APIGatewayV2HTTPRequest
@@ -40,8 +39,8 @@ func event(key, body string) apigw {
 
 // record reads a stored key.
 func record(t *testing.T, table interface {
-	Get(context.Context, string, time.Time) (*idemkey.Key, error)
-}, name string, now time.Time) *idemkey.Key {
+	Get(context.Context, string, time.Time) (*idempotency.Record, error)
+}, name string, now time.Time) *idempotency.Record {
 	t.Helper()
 	k, err := table.Get(context.Background(), name, now)
 	if err != nil {
@@ -218,7 +217,7 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 	if n, only := updates(counter.Take()); n != 2 || !only {
 		t.Errorf("retry: %d UpdateItem, want 2 (claim, complete)", n)
 	}
-	if k := record(t, table, "pt:f", time.Now()); k.Attempts != 3 || k.Failures != 2 || k.StateAt(time.Now()) != idemkey.StateCompleted {
+	if k := record(t, table, "pt:f", time.Now()); k.Attempts != 3 || k.Failures != 2 || k.StateAt(time.Now()) != idempotency.StateCompleted {
 		t.Errorf("record attempts %d failures %d state %s; want 3, 2, completed", k.Attempts, k.Failures, k.StateAt(time.Now()))
 	}
 	// Completed now: the first payload is refused again.
@@ -233,8 +232,8 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 	if _, err := h(ctx, order{ID: "g", Amount: 1, Note: "fail"}); err == nil {
 		t.Fatal("want the failure")
 	}
-	_, err := table.Claim(ctx, "pt:g", idemkey.Claim{Now: time.Now(), Fingerprint: mustFP(t, 2), Lease: time.Minute, Token: idemkey.NewToken()})
-	if rej := (*idemkey.Rejection)(nil); !errors.As(err, &rej) || rej.Code != idemkey.CodeFingerprintMismatch {
+	_, err := table.Claim(ctx, "pt:g", idempotency.Claim{Now: time.Now(), Fingerprint: mustFP(t, 2), Lease: time.Minute, Token: idempotency.NewToken()})
+	if rej := (*idempotency.Rejection)(nil); !errors.As(err, &rej) || rej.Code != idempotency.CodeFingerprintMismatch {
 		t.Errorf("a /keys-style claim with another fingerprint on a released key: %v, want fingerprint_mismatch", err)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/exactonce/exactonce/internal/canonjson"
-
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // Options configure Wrap. Store is required.
@@ -184,7 +182,7 @@ func defaultNamespace(fn any) string {
 		switch {
 		case r == '/':
 			return '.'
-		case r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:~-", r)):
+		case nameChar(r):
 			return r
 		}
 		return '-'
@@ -274,7 +272,7 @@ func KeyName(namespace, key string) string {
 	if namespace != "" {
 		name = namespace + ":" + key
 	}
-	if idemkey.ValidateName(name) == nil {
+	if validName(name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))

@@ -2,8 +2,8 @@
 // implementation of claim, complete and release that the /keys routes of the
 // service, events/once and the idempotency library share. Each transition is
 // ONE conditional UpdateItem that returns the old item when its condition
-// fails (ReturnValuesOnConditionCheckFailure = ALL_OLD); shared/idemkey then
-// explains the refusal from that item. No read precedes a write.
+// fails (ReturnValuesOnConditionCheckFailure = ALL_OLD); the idempotency
+// package's Classify functions then explain the refusal from that item. No read precedes a write.
 //
 // The table needs a string partition key (PartitionKey, default "id") and
 // should have DynamoDB TTL on "ttl" (CreateTable, or the CDK helper in
@@ -23,10 +23,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
-
-	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // Defaults and attribute names a table must agree with.
@@ -72,7 +70,7 @@ const (
 	// passes, so the refusal's old item is always checked for it.
 	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
 		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
-	// condClaimableAfterRelease (idemkey.Claim.AnyAfterRelease) also takes
+	// condClaimableAfterRelease (idempotency.Claim.AnyAfterRelease) also takes
 	// a key its holder released with any fingerprint (a release leaves its
 	// token in #relToken; an item of unknown shape has none). Another
 	// fingerprint still never passes on a completed, held or lapsed key.
@@ -99,7 +97,7 @@ type Table struct {
 	// a table with other items.
 	Prefix string
 	// Retention is how long a key is kept after its last transition (its
-	// TTL); zero is idemkey.DefaultRetention. Within it a completed key
+	// TTL); zero is idempotency.DefaultRetention. Within it a completed key
 	// replays; after it the key can be claimed anew.
 	Retention time.Duration
 }
@@ -109,17 +107,17 @@ func New(db API, name string) *Table { return &Table{DB: db, Name: name} }
 
 // Claim takes the key for one holder with one conditional write: a new key,
 // a released one, or one whose lease lapsed. Otherwise it returns
-// idemkey.ClassifyClaim's answer: *idemkey.Replay for a completed key or the
-// caller's own claim (answer lost, or a retried HTTP request), else
-// *idemkey.Rejection (fingerprint_mismatch, in_progress). A claim whose
-// fields are longer than idemkey allows (Claim.Validate) is refused
-// (*action.InvalidError) without a request: the item must keep room for the
-// response.
-func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemkey.Key, error) {
+// idempotency.ClassifyClaim's answer: *idempotency.Replay for a completed
+// key or the caller's own claim (answer lost, or a retried HTTP request),
+// else *idempotency.Rejection (fingerprint_mismatch, in_progress). A claim
+// whose fields are longer than the idempotency package allows
+// (Claim.Validate) is refused without a request: the item must keep room
+// for the response.
+func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*idempotency.Record, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("dynamostore: claim: %w", err)
 	}
-	c.Now = action.Millis(c.Now)
+	c.Now = millis(c.Now)
 	now := c.Now
 	sets := []string{"#fp = :fp", "#token = :token", "#lease = :lease", "#claimedAt = :now",
 		"#createdAt = if_not_exists(#createdAt, :now)", "#ttl = :ttl"}
@@ -130,7 +128,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 		":now": s(FormatTime(now)), ":ttl": n(now.Add(t.retention() + c.Lease).Unix()), ":one": n(1),
 		":nowMs": n(now.UnixMilli()), ":nowS": n(now.Unix()),
 	}
-	for _, a := range []struct{ ph, v string }{{"claimReq", c.Write.RequestID}, {"claimFP", c.Write.Fingerprint}, {"claimKey", c.Write.Key}} {
+	for _, a := range []struct{ ph, v string }{{"claimReq", c.Request.RequestID}, {"claimFP", c.Request.Fingerprint}, {"claimKey", c.Request.Key}} {
 		if a.v == "" {
 			rems = append(rems, "#"+a.ph)
 			continue
@@ -168,7 +166,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idemkey.Claim) (*idemk
 	if err != nil {
 		return nil, err
 	}
-	return nil, idemkey.ClassifyClaim(k, c)
+	return nil, idempotency.ClassifyClaim(k, c)
 }
 
 // condLive and condExpired split a claim by the key's retention: a new or
@@ -187,27 +185,27 @@ func ttlOf(item map[string]types.AttributeValue) int64 {
 
 // Complete stores the response of the holder of token with one conditional
 // write; the key then replays it until its retention ends. A retry of the
-// same complete answers *idemkey.Replay; a token that no longer holds the
-// key gets a *idemkey.Rejection (lease_lost, key_not_found).
-func (t *Table) Complete(ctx context.Context, name, token string, response []byte, now time.Time) (*idemkey.Key, error) {
-	now = action.Millis(now)
+// same complete answers *idempotency.Replay; a token that no longer holds the
+// key gets a *idempotency.Rejection (lease_lost, key_not_found).
+func (t *Table) Complete(ctx context.Context, name, token string, response []byte, now time.Time) (*idempotency.Record, error) {
+	now = millis(now)
 	values := map[string]types.AttributeValue{
 		":now": s(FormatTime(now)), ":response": s(string(response)), ":ttl": n(now.Add(t.retention()).Unix()), ":token": s(token),
 	}
 	k, err := t.transition(ctx, name, "SET #doneAt = :now, #response = :response, #ttl = :ttl", values)
 	if err != nil {
-		return nil, t.classify(err, "complete", func(old *idemkey.Key) error { return idemkey.ClassifyComplete(old, token) })
+		return nil, t.classify(err, "complete", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }
 
 // Release gives the key up after a failed attempt, with one conditional
 // write: it is claimable again at once, and its failure count grows.
-// errText is stored as the key's last error, fitted by idemkey.FitError
+// errText is stored as the key's last error, fitted by idempotency.FitError
 // (keep secrets out of it).
-func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
-	now = action.Millis(now)
-	errText = idemkey.FitError(errText)
+func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idempotency.Record, error) {
+	now = millis(now)
+	errText = idempotency.FitError(errText)
 	values := map[string]types.AttributeValue{
 		":now": s(FormatTime(now)), ":token": s(token), ":ttl": n(now.Add(t.retention()).Unix()), ":one": n(1),
 	}
@@ -221,7 +219,7 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 	}
 	k, err := t.transition(ctx, name, expr+" ADD #failures :one REMOVE "+rems, values)
 	if err != nil {
-		return nil, t.classify(err, "release", func(old *idemkey.Key) error { return idemkey.ClassifyRelease(old, token) })
+		return nil, t.classify(err, "release", func(old *idempotency.Record) error { return idempotency.ClassifyRelease(old, token) })
 	}
 	return k, nil
 }
@@ -229,25 +227,25 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 // Hold keeps the key held by token for the rest of its retention, with one
 // conditional write: the holder ran its effect but cannot store the
 // response, so no claim may run it again until the key is gone. errText is
-// stored as the key's last error, fitted by idemkey.FitError. Refusals are
+// stored as the key's last error, fitted by idempotency.FitError. Refusals are
 // Complete's.
-func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
-	now = action.Millis(now)
-	errText = idemkey.FitError(errText)
+func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.Time) (*idempotency.Record, error) {
+	now = millis(now)
+	errText = idempotency.FitError(errText)
 	until := now.Add(t.retention())
 	values := map[string]types.AttributeValue{
 		":token": s(token), ":lease": n(until.UnixMilli()), ":ttl": n(until.Unix()), ":lastError": s(errText),
 	}
 	k, err := t.transition(ctx, name, "SET #lease = :lease, #ttl = :ttl, #lastError = :lastError", values)
 	if err != nil {
-		return nil, t.classify(err, "hold", func(old *idemkey.Key) error { return idemkey.ClassifyComplete(old, token) })
+		return nil, t.classify(err, "hold", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }
 
 // Get reads a key with a strongly consistent read; a key past its retention
-// reads as not found (*idemkey.Rejection key_not_found).
-func (t *Table) Get(ctx context.Context, name string, now time.Time) (*idemkey.Key, error) {
+// reads as not found (*idempotency.Rejection key_not_found).
+func (t *Table) Get(ctx context.Context, name string, now time.Time) (*idempotency.Record, error) {
 	out, err := t.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &t.Name, Key: t.key(name), ConsistentRead: aws.Bool(true),
 	})
@@ -255,14 +253,14 @@ func (t *Table) Get(ctx context.Context, name string, now time.Time) (*idemkey.K
 		return nil, fmt.Errorf("dynamostore: get: %w", err)
 	}
 	if out.Item == nil {
-		return nil, &idemkey.Rejection{Code: idemkey.CodeNotFound}
+		return nil, &idempotency.Rejection{Code: idempotency.CodeNotFound}
 	}
 	k, err := t.decode(out.Item)
 	if err != nil {
 		return nil, err
 	}
 	if k.Gone(now) {
-		return nil, &idemkey.Rejection{Code: idemkey.CodeNotFound}
+		return nil, &idempotency.Rejection{Code: idempotency.CodeNotFound}
 	}
 	return k, nil
 }
@@ -275,7 +273,7 @@ type refused struct {
 func (refused) Error() string { return "dynamostore: refused" }
 
 // transition runs a holder's write (condition: still held by :token).
-func (t *Table) transition(ctx context.Context, name, expr string, values map[string]types.AttributeValue) (*idemkey.Key, error) {
+func (t *Table) transition(ctx context.Context, name, expr string, values map[string]types.AttributeValue) (*idempotency.Record, error) {
 	written, old, failed, err := t.write(ctx, name, expr, condHeld, values)
 	switch {
 	case err != nil:
@@ -288,12 +286,12 @@ func (t *Table) transition(ctx context.Context, name, expr string, values map[st
 
 // classify turns a refused holder's write into the domain's answer and
 // wraps a dependency error.
-func (t *Table) classify(err error, op string, explain func(*idemkey.Key) error) error {
+func (t *Table) classify(err error, op string, explain func(*idempotency.Record) error) error {
 	var r refused
 	if !errors.As(err, &r) {
 		return fmt.Errorf("dynamostore: %s: %w", op, err)
 	}
-	var old *idemkey.Key
+	var old *idempotency.Record
 	if r.old != nil {
 		if old, err = t.decode(r.old); err != nil {
 			return err
@@ -346,17 +344,17 @@ func (t *Table) retention() time.Duration {
 	if t.Retention > 0 {
 		return t.Retention
 	}
-	return idemkey.DefaultRetention
+	return idempotency.DefaultRetention
 }
 
 // decode reads a key item; nil for nil.
-func (t *Table) decode(item map[string]types.AttributeValue) (*idemkey.Key, error) {
+func (t *Table) decode(item map[string]types.AttributeValue) (*idempotency.Record, error) {
 	if item == nil {
 		return nil, nil
 	}
 	d := dynamoitem.Decoder{Item: item}
 	pk := d.Str(t.partitionKey())
-	k := &idemkey.Key{
+	k := &idempotency.Record{
 		Name:           strings.TrimPrefix(pk, t.Prefix),
 		Fingerprint:    d.Str(attrFP),
 		Token:          d.Str(attrToken),
@@ -369,7 +367,7 @@ func (t *Table) decode(item map[string]types.AttributeValue) (*idemkey.Key, erro
 		Failures:       int(d.Num(attrFailures)),
 		LastError:      d.Str(attrLastError),
 		ReleasedToken:  d.Str(attrRelToken),
-		Claim:          action.Write{Key: d.Str(attrClaimKey), Fingerprint: d.Str(attrClaimFP), RequestID: d.Str(attrClaimReq)},
+		Claim:          idempotency.Request{Key: d.Str(attrClaimKey), Fingerprint: d.Str(attrClaimFP), RequestID: d.Str(attrClaimReq)},
 		ExpiresAt:      time.Unix(d.Num(attrTTL), 0).UTC(),
 	}
 	if r := d.Str(attrResponse); r != "" {
@@ -390,6 +388,9 @@ func (t *Table) decode(item map[string]types.AttributeValue) (*idemkey.Key, erro
 // timeLayout is how instants are stored: RFC 3339, UTC, milliseconds (the
 // service's items use the same).
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// millis is t in UTC at millisecond precision, as items store instants.
+func millis(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
 // FormatTime renders t the way key items store it.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }

@@ -28,7 +28,7 @@ func TestDocsListEveryOutcome(t *testing.T) {
 	literal := regexp.MustCompile(`"([a-z_]+)"`)
 	outcomes := map[string]bool{}
 	sources, _ := filepath.Glob("*.go")
-	sources = append(sources, "../action/outcome.go", "../idemkey/idemkey.go")
+	sources = append(sources, "../action/outcome.go", "../../idempotency/record.go")
 	for _, f := range sources {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
