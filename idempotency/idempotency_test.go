@@ -557,7 +557,7 @@ func TestFingerprint(t *testing.T) {
 		}
 	}
 	// Numbers a double holds keep RFC 8785's form: 1.0 is 1, 1e2 is 100
-	// (the service's canonical form, internal/canonjson, where -0 stays -0).
+	// (the service's canonical form, package canonjson, where -0 stays -0).
 	for _, pair := range [][2]string{{"1.0", "1"}, {"1e2", "100"}} {
 		x, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[0]+`}`), nil)
 		y, _ := idempotency.Fingerprint(json.RawMessage(`{"id":`+pair[1]+`}`), nil)

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exactonce/exactonce/internal/canonjson"
+	"github.com/exactonce/exactonce/idempotency/canonjson"
 )
 
 // Options configure Wrap. Store is required.
@@ -239,7 +239,7 @@ func (o *Options[In, Out]) now() time.Time {
 
 // Fingerprint is "sha256:" and the hex SHA-256 (HMAC-SHA-256 under hashKey
 // when given) of v's canonical JSON: key order and spacing do not matter.
-// It is the service's canonical form (internal/canonjson: RFC 8785, except
+// It is the service's canonical form (package canonjson: RFC 8785, except
 // that a number keeps its exact value), so 9007199254740993 and
 // 9007199254740992, 0.1 and 0.10000000000000001, 1e400 and 2e999 never share
 // a fingerprint.

@@ -3,7 +3,8 @@
 // service, events/once and the idempotency library share. Each transition is
 // ONE conditional UpdateItem that returns the old item when its condition
 // fails (ReturnValuesOnConditionCheckFailure = ALL_OLD); the idempotency
-// package's Classify functions then explain the refusal from that item. No read precedes a write.
+// package's Classify functions then explain the refusal from that item. No
+// read precedes a write.
 //
 // The table needs a string partition key (PartitionKey, default "id") and
 // should have DynamoDB TTL on "ttl" (CreateTable, or the CDK helper in
@@ -20,11 +21,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/idempotency"
-	"github.com/exactonce/exactonce/internal/dynamoitem"
 )
 
 // Defaults and attribute names a table must agree with.
@@ -35,32 +36,36 @@ const (
 	TTLAttribute = "ttl"
 )
 
-// Attribute names of a key item (besides its partition key).
-const (
-	attrFP        = "fingerprint"
-	attrToken     = "token"
-	attrLeaseMs   = "leaseExpiresAtMs"
-	attrCreatedAt = "createdAt"
-	attrClaimedAt = "claimedAt"
-	attrDoneAt    = "completedAt"
-	attrReleased  = "releasedAt"
-	attrResponse  = "response"
-	attrAttempts  = "attempts"
-	attrFailures  = "failures"
-	attrLastError = "lastError"
-	attrRelToken  = "releasedToken"
-	attrClaimKey  = "claimKey"
-	attrClaimReq  = "claimRequestId"
-	attrClaimFP   = "claimFingerprint" // the claim request body's (keyed) fingerprint, HTTP only
-	attrTTL       = TTLAttribute
-)
+// item is a key item's attributes besides its partition key, as
+// attributevalue maps them. Instants are RFC 3339 strings in UTC with
+// milliseconds (FormatTime), the lease in epoch milliseconds, ttl in epoch
+// seconds.
+type item struct {
+	Fingerprint    string    `dynamodbav:"fingerprint"`
+	Token          string    `dynamodbav:"token"`
+	LeaseMs        int64     `dynamodbav:"leaseExpiresAtMs"`
+	CreatedAt      time.Time `dynamodbav:"createdAt"`
+	ClaimedAt      time.Time `dynamodbav:"claimedAt"`
+	CompletedAt    time.Time `dynamodbav:"completedAt"`
+	ReleasedAt     time.Time `dynamodbav:"releasedAt"`
+	Response       string    `dynamodbav:"response"`
+	Attempts       int       `dynamodbav:"attempts"`
+	Failures       int       `dynamodbav:"failures"`
+	LastError      string    `dynamodbav:"lastError"`
+	ReleasedToken  string    `dynamodbav:"releasedToken"`
+	ClaimKey       string    `dynamodbav:"claimKey"`
+	ClaimRequestID string    `dynamodbav:"claimRequestId"`
+	ClaimFP        string    `dynamodbav:"claimFingerprint"` // the claim request body's (keyed) fingerprint, HTTP only
+	TTL            int64     `dynamodbav:"ttl"`
+}
 
-// names maps every #placeholder of the expressions below to its attribute.
+// names maps every #placeholder of the expressions below to its attribute
+// (item's tags).
 var names = map[string]string{
-	"#fp": attrFP, "#token": attrToken, "#lease": attrLeaseMs, "#createdAt": attrCreatedAt,
-	"#claimedAt": attrClaimedAt, "#doneAt": attrDoneAt, "#released": attrReleased, "#response": attrResponse,
-	"#attempts": attrAttempts, "#failures": attrFailures, "#lastError": attrLastError, "#relToken": attrRelToken,
-	"#claimKey": attrClaimKey, "#claimReq": attrClaimReq, "#claimFP": attrClaimFP, "#ttl": attrTTL,
+	"#fp": "fingerprint", "#token": "token", "#lease": "leaseExpiresAtMs", "#createdAt": "createdAt",
+	"#claimedAt": "claimedAt", "#doneAt": "completedAt", "#released": "releasedAt", "#response": "response",
+	"#attempts": "attempts", "#failures": "failures", "#lastError": "lastError", "#relToken": "releasedToken",
+	"#claimKey": "claimKey", "#claimReq": "claimRequestId", "#claimFP": "claimFingerprint", "#ttl": TTLAttribute,
 }
 
 // The conditions of the three transitions.
@@ -123,10 +128,10 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 		"#createdAt = if_not_exists(#createdAt, :now)", "#ttl = :ttl"}
 	// A key past its retention starts over: nothing of its old answer stays.
 	rems := []string{"#doneAt", "#response", "#relToken"}
-	values := map[string]types.AttributeValue{
-		":fp": s(c.Fingerprint), ":token": s(c.Token), ":lease": n(now.Add(c.Lease).UnixMilli()),
-		":now": s(FormatTime(now)), ":ttl": n(now.Add(t.retention() + c.Lease).Unix()), ":one": n(1),
-		":nowMs": n(now.UnixMilli()), ":nowS": n(now.Unix()),
+	values := map[string]any{
+		":fp": c.Fingerprint, ":token": c.Token, ":lease": now.Add(c.Lease).UnixMilli(),
+		":now": FormatTime(now), ":ttl": now.Add(t.retention() + c.Lease).Unix(), ":one": 1,
+		":nowMs": now.UnixMilli(), ":nowS": now.Unix(),
 	}
 	for _, a := range []struct{ ph, v string }{{"claimReq", c.Request.RequestID}, {"claimFP", c.Request.Fingerprint}, {"claimKey", c.Request.Key}} {
 		if a.v == "" {
@@ -134,7 +139,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 			continue
 		}
 		sets = append(sets, "#"+a.ph+" = :"+a.ph)
-		values[":"+a.ph] = s(a.v)
+		values[":"+a.ph] = a.v
 	}
 	expr := "SET " + strings.Join(sets, ", ") + " ADD #attempts :one REMOVE " + strings.Join(rems, ", ")
 	cond := condClaimable
@@ -177,10 +182,12 @@ const (
 	condExpired = "attribute_not_exists(#pk) OR #ttl <= :nowS"
 )
 
-// ttlOf is an item's end of retention (epoch seconds; 0 when absent).
-func ttlOf(item map[string]types.AttributeValue) int64 {
-	d := dynamoitem.Decoder{Item: item}
-	return d.Num(attrTTL)
+// ttlOf is an item's end of retention (epoch seconds; 0 when absent or
+// malformed).
+func ttlOf(m map[string]types.AttributeValue) int64 {
+	var it item
+	_ = attributevalue.UnmarshalMap(m, &it)
+	return it.TTL
 }
 
 // Complete stores the response of the holder of token with one conditional
@@ -189,8 +196,8 @@ func ttlOf(item map[string]types.AttributeValue) int64 {
 // key gets a *idempotency.Rejection (lease_lost, key_not_found).
 func (t *Table) Complete(ctx context.Context, name, token string, response []byte, now time.Time) (*idempotency.Record, error) {
 	now = millis(now)
-	values := map[string]types.AttributeValue{
-		":now": s(FormatTime(now)), ":response": s(string(response)), ":ttl": n(now.Add(t.retention()).Unix()), ":token": s(token),
+	values := map[string]any{
+		":now": FormatTime(now), ":response": string(response), ":ttl": now.Add(t.retention()).Unix(), ":token": token,
 	}
 	k, err := t.transition(ctx, name, "SET #doneAt = :now, #response = :response, #ttl = :ttl", values)
 	if err != nil {
@@ -206,14 +213,14 @@ func (t *Table) Complete(ctx context.Context, name, token string, response []byt
 func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idempotency.Record, error) {
 	now = millis(now)
 	errText = idempotency.FitError(errText)
-	values := map[string]types.AttributeValue{
-		":now": s(FormatTime(now)), ":token": s(token), ":ttl": n(now.Add(t.retention()).Unix()), ":one": n(1),
+	values := map[string]any{
+		":now": FormatTime(now), ":token": token, ":ttl": now.Add(t.retention()).Unix(), ":one": 1,
 	}
 	expr := "SET #released = :now, #relToken = :token, #ttl = :ttl"
 	rems := "#token, #lease, #claimKey, #claimReq, #claimFP"
 	if errText != "" {
 		expr += ", #lastError = :lastError"
-		values[":lastError"] = s(errText)
+		values[":lastError"] = errText
 	} else {
 		rems += ", #lastError"
 	}
@@ -233,8 +240,8 @@ func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.
 	now = millis(now)
 	errText = idempotency.FitError(errText)
 	until := now.Add(t.retention())
-	values := map[string]types.AttributeValue{
-		":token": s(token), ":lease": n(until.UnixMilli()), ":ttl": n(until.Unix()), ":lastError": s(errText),
+	values := map[string]any{
+		":token": token, ":lease": until.UnixMilli(), ":ttl": until.Unix(), ":lastError": errText,
 	}
 	k, err := t.transition(ctx, name, "SET #lease = :lease, #ttl = :ttl, #lastError = :lastError", values)
 	if err != nil {
@@ -273,7 +280,7 @@ type refused struct {
 func (refused) Error() string { return "dynamostore: refused" }
 
 // transition runs a holder's write (condition: still held by :token).
-func (t *Table) transition(ctx context.Context, name, expr string, values map[string]types.AttributeValue) (*idempotency.Record, error) {
+func (t *Table) transition(ctx context.Context, name, expr string, values map[string]any) (*idempotency.Record, error) {
 	written, old, failed, err := t.write(ctx, name, expr, condHeld, values)
 	switch {
 	case err != nil:
@@ -303,10 +310,12 @@ func (t *Table) classify(err error, op string, explain func(*idempotency.Record)
 // placeholder finds the #name and :value placeholders of an expression.
 var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9]+`)
 
-// write runs one conditional UpdateItem. When the condition fails, failed is
-// true and old is the item the write saw (nil if there was none).
-func (t *Table) write(ctx context.Context, name, expr, cond string, values map[string]types.AttributeValue) (written, old map[string]types.AttributeValue, failed bool, err error) {
-	used, vals := map[string]string{}, map[string]types.AttributeValue{}
+// write runs one conditional UpdateItem whose refusal returns the item it
+// saw (ReturnValuesOnConditionCheckFailure = ALL_OLD). When the condition
+// fails, failed is true and old is that item (nil if there was none): the
+// same request tells why, no read follows.
+func (t *Table) write(ctx context.Context, name, expr, cond string, values map[string]any) (written, old map[string]types.AttributeValue, failed bool, err error) {
+	used, vals := map[string]string{}, map[string]any{}
 	for _, ph := range placeholder.FindAllString(expr+" "+cond, -1) {
 		switch {
 		case ph == "#pk":
@@ -317,20 +326,32 @@ func (t *Table) write(ctx context.Context, name, expr, cond string, values map[s
 			vals[ph] = values[ph]
 		}
 	}
-	return dynamoitem.Update(ctx, t.DB, &dynamodb.UpdateItemInput{
+	av, err := attributevalue.MarshalMap(vals)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	out, err := t.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           &t.Name,
 		Key:                                 t.key(name),
 		UpdateExpression:                    &expr,
 		ConditionExpression:                 &cond,
 		ExpressionAttributeNames:            used,
-		ExpressionAttributeValues:           vals,
+		ExpressionAttributeValues:           av,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return nil, ccf.Item, true, nil
+	case err != nil:
+		return nil, nil, false, err
+	}
+	return out.Attributes, nil, false, nil
 }
 
 func (t *Table) key(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{t.partitionKey(): s(t.Prefix + name)}
+	return map[string]types.AttributeValue{t.partitionKey(): &types.AttributeValueMemberS{Value: t.Prefix + name}}
 }
 
 func (t *Table) partitionKey() string {
@@ -347,40 +368,42 @@ func (t *Table) retention() time.Duration {
 	return idempotency.DefaultRetention
 }
 
-// decode reads a key item; nil for nil.
-func (t *Table) decode(item map[string]types.AttributeValue) (*idempotency.Record, error) {
-	if item == nil {
+// decode reads a key item; nil for nil. A malformed item (an attribute of
+// another type, a partition key outside Prefix) is an error, never a
+// half-filled record.
+func (t *Table) decode(m map[string]types.AttributeValue) (*idempotency.Record, error) {
+	if m == nil {
 		return nil, nil
 	}
-	d := dynamoitem.Decoder{Item: item}
-	pk := d.Str(t.partitionKey())
-	k := &idempotency.Record{
-		Name:           strings.TrimPrefix(pk, t.Prefix),
-		Fingerprint:    d.Str(attrFP),
-		Token:          d.Str(attrToken),
-		LeaseExpiresAt: time.UnixMilli(d.Num(attrLeaseMs)).UTC(),
-		CreatedAt:      d.Time(attrCreatedAt),
-		ClaimedAt:      d.Time(attrClaimedAt),
-		CompletedAt:    d.Time(attrDoneAt),
-		ReleasedAt:     d.Time(attrReleased),
-		Attempts:       int(d.Num(attrAttempts)),
-		Failures:       int(d.Num(attrFailures)),
-		LastError:      d.Str(attrLastError),
-		ReleasedToken:  d.Str(attrRelToken),
-		Claim:          idempotency.Request{Key: d.Str(attrClaimKey), Fingerprint: d.Str(attrClaimFP), RequestID: d.Str(attrClaimReq)},
-		ExpiresAt:      time.Unix(d.Num(attrTTL), 0).UTC(),
+	var it item
+	if err := attributevalue.UnmarshalMap(m, &it); err != nil {
+		return nil, fmt.Errorf("dynamostore: malformed key item: %w", err)
 	}
-	if r := d.Str(attrResponse); r != "" {
-		k.Response = []byte(r)
+	pk, ok := m[t.partitionKey()].(*types.AttributeValueMemberS)
+	if !ok || !strings.HasPrefix(pk.Value, t.Prefix) {
+		return nil, fmt.Errorf("dynamostore: malformed key item: attribute %q", t.partitionKey())
+	}
+	k := &idempotency.Record{
+		Name:           strings.TrimPrefix(pk.Value, t.Prefix),
+		Fingerprint:    it.Fingerprint,
+		Token:          it.Token,
+		LeaseExpiresAt: time.UnixMilli(it.LeaseMs).UTC(),
+		CreatedAt:      it.CreatedAt.UTC(),
+		ClaimedAt:      it.ClaimedAt.UTC(),
+		CompletedAt:    it.CompletedAt.UTC(),
+		ReleasedAt:     it.ReleasedAt.UTC(),
+		Attempts:       it.Attempts,
+		Failures:       it.Failures,
+		LastError:      it.LastError,
+		ReleasedToken:  it.ReleasedToken,
+		Claim:          idempotency.Request{Key: it.ClaimKey, Fingerprint: it.ClaimFP, RequestID: it.ClaimRequestID},
+		ExpiresAt:      time.Unix(it.TTL, 0).UTC(),
+	}
+	if it.Response != "" {
+		k.Response = []byte(it.Response)
 	}
 	if k.Token == "" {
 		k.LeaseExpiresAt = time.Time{}
-	}
-	if !strings.HasPrefix(pk, t.Prefix) {
-		d.Fail(t.partitionKey())
-	}
-	if d.Err != nil {
-		return nil, d.Err
 	}
 	return k, nil
 }
@@ -394,8 +417,3 @@ func millis(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
 // FormatTime renders t the way key items store it.
 func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-var (
-	s = dynamoitem.S
-	n = dynamoitem.N
-)
