@@ -10,7 +10,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
-	"github.com/exactonce/exactonce/internal/testkit"
 )
 
 // TestLongFailureReasonKeepsResponseStorable: a release stores the failure's
@@ -20,7 +19,7 @@ import (
 // completed nor held, and the retry after the lease ran the effect again.
 // Whatever the reason, the accepted response is stored and replayed.
 func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	clk := newClock()
 	ctx := context.Background()
 	call := idempotency.Call{
@@ -59,7 +58,7 @@ func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
 // after the lease ran it again. A fingerprint over the library's limit is
 // refused before the claim: the effect never runs and nothing is written.
 func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	clk := newClock()
 	call := idempotency.Call{Key: "charge-2", Fingerprint: strings.Repeat("f", 100<<10), Lease: time.Second, Now: clk.Now}
 	effects := 0
