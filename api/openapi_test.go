@@ -201,7 +201,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 		{method: "POST", path: "/keys/pay-1/claim", body: `{"fingerprint":"` + strings.Repeat("x", 70<<10) + `"}`, badRequest: true},
 		{method: "GET", path: "/keys/pay-1"},
 		{method: "GET", path: "/keys/none"},
-		{method: "GET", path: "/keys/a%2Fb", badRequest: true},
+		{method: "GET", path: "/keys/a%20b", badRequest: true},
 		{method: "POST", path: "/keys/pay-1/complete", body: `{"token":"` + strings.Repeat("0", 32) + `","response":1}`},
 		{method: "POST", path: "/keys/none/complete", body: `{"token":"` + strings.Repeat("0", 32) + `","response":1}`},
 		{method: "POST", path: "/keys/pay-1/complete", body: `{"token":"x","response":1}`, badRequest: true},

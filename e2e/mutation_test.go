@@ -1,6 +1,6 @@
 //go:build e2e
 
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -13,10 +13,14 @@ import (
 	"testing"
 )
 
-// TestMutations changes the synthesized template in each of six ways the
-// suite must catch, runs the suite on it (stopping at the first failure) and
-// checks that it fails naming the cause. make e2e runs it with
-// EXACTONCE_E2E_TEMPLATE set to the template it synthesized.
+// TestMutations changes the synthesized template in each of the ways below
+// that the suite must catch (a lost permission, a broken route, filter or
+// destination, and what Lambda itself would refuse to run: another
+// function's code, the wrong architecture, a managed runtime), runs the
+// suite (TestStack) on it, stopping at the first failure, and checks that
+// it fails naming the cause. make e2e runs it with EXACTONCE_E2E_TEMPLATE
+// set to the template it synthesized (in its cloud assembly, whose assets
+// the mutated templates share).
 func TestMutations(t *testing.T) {
 	path := os.Getenv("EXACTONCE_E2E_TEMPLATE")
 	if path == "" {
@@ -26,10 +30,11 @@ func TestMutations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "e2e")
-	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), "e2e.test")
+	if b, err := exec.Command("go", "test", "-c", "-tags", "e2e", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the suite: %v\n%s", err, b)
 	}
+	assembly := filepath.Dir(path)
 	slots := make(chan struct{}, 2) // two stacks at a time: the machine has 2 cores
 	for _, m := range []struct {
 		name   string
@@ -77,6 +82,19 @@ func TestMutations(t *testing.T) {
 		{"the on-failure destination removed", func(t *testing.T, res map[string]any) {
 			delete(mapping(t, res), "DestinationConfig")
 		}, regexp.MustCompile(`FAIL mapping \S+: records past MaximumRecordAge go to its on-failure destination: the mapping has no on-failure destination`)},
+		{"the create function's Code swapped with the get function's", func(t *testing.T, res map[string]any) {
+			_, create := fnProps(t, res, "Create")
+			_, get := fnProps(t, res, "Get")
+			create["Code"], get["Code"] = get["Code"], create["Code"]
+		}, regexp.MustCompile(`FAIL start: function create \(\w+\) runs asset\.\w+, whose bootstrap is functions/get, not functions/create: its Code is another function's`)},
+		{"the consume function's Architectures set to x86_64", func(t *testing.T, res map[string]any) {
+			_, fp := fnProps(t, res, "Consume")
+			fp["Architectures"] = []any{"x86_64"}
+		}, regexp.MustCompile(`FAIL start: function Consume\w+: every invocation fails Runtime\.InvalidEntrypoint: fork/exec /var/task/bootstrap: exec format error \(the bootstrap is an arm64 executable; the function's Architectures is x86_64\)`)},
+		{"the get function on a managed runtime with a handler name", func(t *testing.T, res map[string]any) {
+			_, fp := fnProps(t, res, "Get")
+			fp["Runtime"], fp["Handler"] = "nodejs22.x", "index.handler"
+		}, regexp.MustCompile(`FAIL start: function Get\w+: every invocation fails Runtime\.ImportModuleError: Runtime nodejs22\.x loads Handler "index\.handler" from index\.js or index\.mjs or index\.cjs, which the code does not have`)},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
@@ -88,11 +106,14 @@ func TestMutations(t *testing.T) {
 			}
 			m.mutate(t, tpl["Resources"].(map[string]any))
 			b, _ := json.Marshal(tpl)
-			mutated := filepath.Join(t.TempDir(), "ExactOnce.template.json")
+			dir := t.TempDir()
+			mutated := filepath.Join(dir, filepath.Base(path))
 			if err := os.WriteFile(mutated, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(bin, "-failfast", "-template", mutated, "-root", "..", "-unused", "e2e/unused.txt")
+			linkAssembly(t, assembly, dir)
+			cmd := exec.Command(bin, "-test.run", "^TestStack$", "-test.failfast", "-test.v", "-test.count=1", "-test.timeout=14m")
+			cmd.Env = append(os.Environ(), "EXACTONCE_E2E_TEMPLATE="+mutated)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) {
@@ -108,6 +129,24 @@ func TestMutations(t *testing.T) {
 			}
 			t.Logf("suite printed: %s", shown)
 		})
+	}
+}
+
+// linkAssembly links every file of a cloud assembly but its templates into
+// dir, so a mutated template there runs the assembly's assets.
+func linkAssembly(t *testing.T, assembly, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(assembly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".template.json") {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(assembly, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

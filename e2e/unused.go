@@ -1,7 +1,15 @@
-package main
+// Package e2e runs ExactOnce as a synthesized template defines it (see
+// e2e/deployed) under go test: make e2e, or
+//
+//	EXACTONCE_E2E_TEMPLATE=$PWD/cdk.out/ExactOnce.template.json go test -tags e2e -run TestStack -v ./e2e
+//
+// This file judges the policy statements no call used against the
+// reviewed list (e2e/unused.txt).
+package e2e
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -68,4 +76,42 @@ func judgeUnused(functions map[string]*template.Function, used map[string]int, l
 	sort.Strings(j.Stale)
 	sort.Strings(j.Absent)
 	return j
+}
+
+// statementKey names a statement in e2e/unused.txt: the function, then its
+// actions, sorted, comma-separated ("publisher dynamodb:ListStreams").
+func statementKey(function string, doc map[string]any) string {
+	var acts []string
+	switch a := doc["Action"].(type) {
+	case string:
+		acts = []string{a}
+	case []any:
+		for _, x := range a {
+			acts = append(acts, fmt.Sprint(x))
+		}
+	}
+	sort.Strings(acts)
+	return function + " " + strings.Join(acts, ",")
+}
+
+// readUnused reads the reviewed list: "<function|*> <actions>: <reason>"
+// per line, # comments; a line without a reason is an error.
+func readUnused(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, reason, ok := strings.Cut(line, ": ")
+		if !ok || strings.TrimSpace(reason) == "" {
+			return nil, fmt.Errorf("%s:%d: want \"<function|*> <actions>: <reason>\"", path, i+1)
+		}
+		out[strings.TrimSpace(k)] = reason
+	}
+	return out, nil
 }

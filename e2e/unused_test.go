@@ -1,7 +1,10 @@
-package main
+package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/exactonce/exactonce/e2e/template"
@@ -37,5 +40,21 @@ func TestUnusedListAbsentFunction(t *testing.T) {
 	}
 	if want := []string{"create kms:Decrypt (c2): no call used it"}; !slices.Equal(j.Unused, want) || j.Listed != 3 {
 		t.Errorf("unused %v, listed %d; want %v and 3 listed", j.Unused, j.Listed, want)
+	}
+}
+
+// TestUnusedListReads: every entry of e2e/unused.txt gives its reason, and a
+// line without one is an error naming the line.
+func TestUnusedListReads(t *testing.T) {
+	listed, err := readUnused("unused.txt")
+	if err != nil || len(listed) == 0 {
+		t.Fatalf("e2e/unused.txt: %v (%d entries)", err, len(listed))
+	}
+	bad := filepath.Join(t.TempDir(), "unused.txt")
+	if err := os.WriteFile(bad, []byte("# comment\n\npublisher dynamodb:ListStreams\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readUnused(bad); err == nil || !strings.Contains(err.Error(), ":3:") {
+		t.Fatalf("a line without a reason: %v, want an error naming line 3", err)
 	}
 }

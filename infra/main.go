@@ -15,6 +15,8 @@
 //	exactonce:exampleSubscriber  true: deploy the example audit subscriber
 //	exactonce:expiryShards partitions of the expiry index (default 16; only ever raise it)
 //	exactonce:tracing      true: X-Ray active tracing, AWS SDK calls as subsegments (default false)
+//	exactonce:reservedConcurrency  off (default) or N: N concurrent executions reserved for the publisher
+//	                       and 2 for the sweeper; the Region's quota must then be at least 100 + N + 2
 //	exactonce:tenants      tenant map, JSON {"tenant": ["principal pattern", ...]} (default: one tenant)
 //	exactonce:tenantClaim  JWT claim matched against the tenant map (auth=jwt; default sub)
 //	exactonce:exampleSubscriberTenant  the example subscriber's rule takes only this tenant's events
@@ -147,6 +149,15 @@ func propsFrom(app awscdk.App) (exactonce.Props, error) {
 				return p, fmt.Errorf("exactonce:tenants: %w", err)
 			}
 		}
+	}
+	switch v := contextString(app, "exactonce:reservedConcurrency", "off"); v {
+	case "off", "0", "":
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fmt.Errorf("exactonce:reservedConcurrency must be off or a whole number of concurrent executions (e.g. 20), not %q", v)
+		}
+		p.ReservedConcurrency = n
 	}
 	if v := contextString(app, "exactonce:expiryShards", ""); v != "" {
 		n, err := strconv.Atoi(v)

@@ -9,6 +9,7 @@
 package deployed
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"quamina.net/go/quamina"
@@ -49,8 +51,7 @@ import (
 // Options configure Start.
 type Options struct {
 	Template string // path of the synthesized template
-	Root     string // the repository (functions/ and .tools/)
-	BinDir   string // where the functions are built (default Root/dist/e2e)
+	Root     string // the repository (.tools/)
 	// Callers maps an access key id of an API caller to its principal ARN
 	// (the IAM authorizer's answer for a SigV4 signature with that key).
 	Callers map[string]string
@@ -69,8 +70,10 @@ type Deployment struct {
 	Proxy    *iam.Proxy
 	fns      map[string]*lambdaruntime.Function
 	creds    map[string]aws.Credentials // function → its role's keys
+	xray     map[string]*xrayDaemon     // traced function → its X-Ray daemon
 
 	clockAhead atomic.Int64 // the mappings' clock runs this far ahead (ns)
+	ttl        sync.Map     // partition key → deleted by ExpireByTTL
 
 	mu         sync.Mutex
 	routeHits  map[string]int
@@ -97,10 +100,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if o.BinDir == "" {
-		o.BinDir = filepath.Join(o.Root, "dist", "e2e")
-	}
-	d := &Deployment{fns: map[string]*lambdaruntime.Function{}, creds: map[string]aws.Credentials{}, ruleQ: map[string]chan []byte{}, log: o.Log, started: time.Now()}
+	d := &Deployment{fns: map[string]*lambdaruntime.Function{}, xray: map[string]*xrayDaemon{}, creds: map[string]aws.Credentials{}, ruleQ: map[string]chan []byte{}, log: o.Log, started: time.Now()}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -112,6 +112,12 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	}
 	names := template.LocalNames(tpl)
 	d.Names = names
+	// What Lambda would refuse or fail to run shows before anything starts:
+	// each function's code, runtime, handler and architecture.
+	code, launch, err := checkFunctions(tpl, names)
+	if err != nil {
+		return nil, err
+	}
 
 	ddb, err := dynamodblocal.Start(ctx, dynamodblocal.Options{})
 	if err != nil {
@@ -143,6 +149,9 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	for _, arn := range d.Stack.Secrets {
 		d.Fake.PutSecret(arn, randomText(64))
 	}
+	for name, v := range d.Stack.Parameters {
+		d.Fake.PutParameter(name, v)
+	}
 	if d.Bus, err = eventbus.New(io.Discard); err != nil {
 		return nil, err
 	}
@@ -160,7 +169,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	d.Proxy = &iam.Proxy{Eval: eval, Keys: map[string]*iam.Principal{}, PartitionKeys: partitionKeys,
 		ResourcePolicies: map[string]any{}, Region: template.Region, Account: template.Account, Client: &http.Client{Timeout: 30 * time.Second},
 		Backends: map[string]string{iam.DynamoDB: ddb.Endpoint, iam.Streams: ddb.Endpoint, iam.Events: d.BusFault.URL,
-			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL}}
+			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL, iam.SSM: d.Fake.URL}}
 	d.Proxy.Slow = func(call string, took time.Duration) {
 		o.Log.Warn("slow AWS call", "call", call, "took", took.String())
 	}
@@ -175,49 +184,65 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	}
 	d.stop = append(d.stop, stopProxy)
 
-	// Build and start every function of the template.
-	var pkgs, fnames []string
+	// Start every function of the template from its own code asset, as
+	// Lambda runs it (runtime, handler, architecture, memory, timeout,
+	// tracing): what cdk deploy ships, not a build of this checkout.
+	var fnames []string
 	for name := range d.Stack.Functions {
-		if _, err := os.Stat(filepath.Join(o.Root, "functions", name, "main.go")); err != nil {
-			return nil, fmt.Errorf("function %s runs functions/%s, which this checkout does not have", d.Stack.Functions[name].LogicalID, name)
-		}
 		fnames = append(fnames, name)
-		pkgs = append(pkgs, "./functions/"+name)
 	}
 	sort.Strings(fnames)
-	sort.Strings(pkgs)
-	if err := lambdaruntime.BuildAll(o.Root, o.BinDir, pkgs...); err != nil {
-		return nil, err
-	}
+	d.stop = append(d.stop, func() { _ = os.RemoveAll(code) })
 	for _, name := range fnames {
 		f := d.Stack.Functions[name]
+		def, argv := launch[name].def, launch[name].argv
+		dir := def.CodeDir
 		key := "AKIAE2E" + strings.ToUpper(name)
 		creds := aws.Credentials{AccessKeyID: key, SecretAccessKey: randomText(40), SessionToken: "e2e-" + name}
 		d.creds[name] = creds
 		d.Proxy.Keys[key] = &iam.Principal{Function: name, RoleArn: f.RoleArn, Statements: statements(f.Statements)}
-		env := []string{}
-		for k, v := range f.Env {
-			env = append(env, k+"="+v)
-		}
-		sort.Strings(env)
-		env = append(env,
-			"AWS_REGION="+template.Region, "AWS_DEFAULT_REGION="+template.Region,
+		env := append(def.Environment(template.Region),
 			"AWS_ACCESS_KEY_ID="+creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY="+creds.SecretAccessKey, "AWS_SESSION_TOKEN="+creds.SessionToken,
 			// The developer's ~/.aws must not reach the functions.
 			"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull,
 			"AWS_ENDPOINT_URL_DYNAMODB="+proxyURL, "AWS_ENDPOINT_URL_DYNAMODB_STREAMS="+proxyURL,
-			"AWS_ENDPOINT_URL_EVENTBRIDGE="+proxyURL, "AWS_ENDPOINT_URL_SQS="+proxyURL, "AWS_ENDPOINT_URL_SECRETS_MANAGER="+proxyURL)
-		fn, err := lambdaruntime.StartConfig(filepath.Join(o.BinDir, name), lambdaruntime.Config{Name: f.LogicalID,
-			ARN: names.Attrs[f.LogicalID]["Arn"], MemoryMB: f.MemoryMB, Timeout: time.Duration(f.Timeout) * time.Second}, env...)
+			"AWS_ENDPOINT_URL_EVENTBRIDGE="+proxyURL, "AWS_ENDPOINT_URL_SQS="+proxyURL, "AWS_ENDPOINT_URL_SECRETS_MANAGER="+proxyURL,
+			"AWS_ENDPOINT_URL_SSM="+proxyURL)
+		if f.Tracing {
+			x, err := startXRayDaemon()
+			if err != nil {
+				return nil, err
+			}
+			d.stop = append(d.stop, x.close)
+			d.xray[name] = x
+			env = append(env, "AWS_XRAY_DAEMON_ADDRESS="+x.addr())
+		}
+		fn, err := lambdaruntime.StartConfig("", lambdaruntime.Config{Name: def.Name, ARN: names.Attrs[f.LogicalID]["Arn"],
+			MemoryMB: f.MemoryMB, Timeout: time.Duration(f.Timeout) * time.Second, Grace: emulationGrace(argv), Argv: argv, Dir: dir}, env...)
 		if err != nil {
 			return nil, err
 		}
 		d.fns[name] = fn
 	}
 	for _, name := range fnames {
-		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		_, err := d.fns[name].Ready(rctx)
-		cancel()
+		// Lambda gives an init 10 s, and the next invocation after a failed
+		// init tries again: three tries here, as qemu-user and the
+		// authorizing proxy on a busy machine make an init slower than the
+		// code makes it. A function that cannot start fails all three.
+		var err error
+		for try := 0; try < 3; try++ {
+			if try > 0 {
+				if err = d.fns[name].Reinit(); err != nil {
+					break
+				}
+			}
+			rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			_, err = d.fns[name].Ready(rctx)
+			cancel()
+			if err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("function %s (%s) did not start: %w", name, d.Stack.Functions[name].LogicalID, err)
 		}
@@ -275,13 +300,35 @@ func (d *Deployment) Output(name string) string {
 	return ""
 }
 
+// TraceSegments counts the X-Ray segment documents a traced function sent
+// (-1: the function is not traced).
+func (d *Deployment) TraceSegments(name string) int {
+	x := d.xray[name]
+	if x == nil {
+		return -1
+	}
+	return int(x.segments.Load())
+}
+
+// TimedOut counts a function's invocations that ran past its timeout.
+func (d *Deployment) TimedOut(name string) int {
+	if f := d.fns[name]; f != nil {
+		return f.TimedOut()
+	}
+	return 0
+}
+
 // Invoke runs a function on an event, as `aws lambda invoke` would.
 func (d *Deployment) Invoke(ctx context.Context, name string, event []byte) ([]byte, error) {
 	f := d.fns[name]
 	if f == nil {
 		return nil, fmt.Errorf("the template has no function %s", name)
 	}
-	res, err := f.Invoke(ctx, event, "")
+	trace := ""
+	if d.xray[name] != nil {
+		trace = traceHeader()
+	}
+	res, err := f.Invoke(ctx, event, trace)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +350,17 @@ func (d *Deployment) RunSchedule(ctx context.Context, rule template.Rule) error 
 		}
 	}
 	return nil
+}
+
+// ExpireByTTL deletes an item as DynamoDB's TTL does: the delete, and a
+// stream record whose userIdentity is the DynamoDB service (Type Service,
+// PrincipalId dynamodb.amazonaws.com), which is how a TTL deletion differs
+// from anyone's DeleteItem.
+func (d *Deployment) ExpireByTTL(ctx context.Context, table, key string) error {
+	d.ttl.Store(key, true)
+	_, err := d.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table),
+		Key: map[string]ddbtypes.AttributeValue{"actionId": &ddbtypes.AttributeValueMemberS{Value: key}}})
+	return err
 }
 
 // AgeRecords moves the mappings' clock ahead by by (0: back to now), so
@@ -370,6 +428,13 @@ func (d *Deployment) startMapping(ctx context.Context, m template.Mapping, proxy
 	handle := func(ctx context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
 		var keep lambdaevents.DynamoDBEvent
 		for _, rec := range ev.Records {
+			if rec.EventName == "REMOVE" {
+				for _, k := range rec.Change.Keys {
+					if _, ok := d.ttl.Load(k.String()); ok {
+						rec.UserIdentity = &lambdaevents.DynamoDBUserIdentity{Type: "Service", PrincipalID: "dynamodb.amazonaws.com"}
+					}
+				}
+			}
 			if filter == nil {
 				keep.Records = append(keep.Records, rec)
 				continue
@@ -533,21 +598,17 @@ func (d *Deployment) routeHandler(rt template.Route, callers map[string]string) 
 			if !ok {
 				return forbidden(http.StatusForbidden, "Forbidden")
 			}
-			ev.RequestContext.Authorizer = &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				IAM: &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccountID: template.Account, UserARN: arn}}
+			ev.RequestContext.Authorizer = &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: gateway.IAMCaller(arn, m)}
 		case "JWT":
 			claims, ok := bearerClaims(auth)
-			if !ok || !validJWT(claims, rt.Issuer, rt.Audience) {
+			if !ok || gateway.CheckJWT(claims, rt.Issuer, rt.Audience, time.Now()) != nil {
 				return forbidden(http.StatusUnauthorized, "Unauthorized")
 			}
 			scopes := strings.Fields(fmt.Sprint(claims["scope"]))
 			if len(rt.Scopes) > 0 && !anyIn(scopes, rt.Scopes) {
 				return forbidden(http.StatusForbidden, "Forbidden")
 			}
-			cl := map[string]string{}
-			for k, v := range claims {
-				cl[k] = fmt.Sprint(v)
-			}
+			cl := gateway.JWTClaims(claims)
 			ev.RequestContext.Authorizer = &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 				JWT: &lambdaevents.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: cl, Scopes: scopes}}
 		default:
@@ -607,10 +668,34 @@ func bearerClaims(auth string) (map[string]any, bool) {
 		return nil, false
 	}
 	var claims map[string]any
-	if json.Unmarshal(b, &claims) != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // numbers as the token writes them
+	if dec.Decode(&claims) != nil {
 		return nil, false
 	}
 	return claims, true
+}
+
+// allows reports whether a statement allows action (by name or a wildcard).
+func allows(stmts []template.Statement, action string) bool {
+	for _, st := range stmts {
+		if st.Doc["Effect"] != "Allow" {
+			continue
+		}
+		var acts []any
+		switch a := st.Doc["Action"].(type) {
+		case string:
+			acts = []any{a}
+		case []any:
+			acts = a
+		}
+		for _, a := range acts {
+			if s, _ := a.(string); s == action || s == "*" || s == strings.SplitN(action, ":", 2)[0]+":*" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func statements(in []template.Statement) []iam.Statement {

@@ -34,6 +34,7 @@ const (
 	Events         = "events"
 	SQS            = "sqs"
 	SecretsManager = "secretsmanager"
+	SSM            = "ssm"
 )
 
 // Proxy is the authorizing proxy. Set its fields, then serve it.
@@ -197,6 +198,8 @@ func serviceOf(target string) (string, string) {
 		return SQS, op
 	case "secretsmanager":
 		return SecretsManager, op
+	case "AmazonSSM":
+		return SSM, op
 	}
 	return "", target
 }
@@ -268,6 +271,12 @@ func (p *Proxy) checks(service, op string, body []byte) ([]check, error) {
 			return nil, fmt.Errorf("%s by name (%q): the functions are given ARNs", op, id)
 		}
 		return []check{{action: "secretsmanager:" + op, resource: id}}, nil
+	case SSM:
+		name := str("Name")
+		if name == "" || strings.HasPrefix(name, "arn:") {
+			return nil, fmt.Errorf("%s needs the parameter's name (%q)", op, name)
+		}
+		return []check{{action: "ssm:" + op, resource: p.arn("ssm", "parameter/"+strings.TrimPrefix(name, "/"))}}, nil
 	}
 	return nil, fmt.Errorf("no AWS service the local stack serves")
 }

@@ -17,7 +17,9 @@ type Stack struct {
 	Tables    map[string]Table // by logical id
 	Queues    map[string]Queue // by logical id
 	Secrets   map[string]string
-	Buses     map[string]Bus // by ARN
+	// Parameters are the SSM parameters' values by name.
+	Parameters map[string]string
+	Buses      map[string]Bus // by ARN
 }
 
 // Function is one AWS::Lambda::Function.
@@ -28,6 +30,15 @@ type Function struct {
 	RoleArn   string
 	Timeout   int // seconds (default 3, as Lambda)
 	MemoryMB  int // default 128
+	// How Lambda runs it: Runtime, Handler, Architectures (empty: x86_64),
+	// Tracing (TracingConfig Active), LogFormat (LoggingConfig).
+	Runtime, Handler string
+	Architectures    []string
+	Tracing          bool
+	LogFormat        string
+	// Code is its code: the S3 object key of a zip asset of the cloud
+	// assembly ("" when the code is not an S3 object: ZipFile, ImageUri).
+	Code string
 	// Statements of every policy attached to its role, in template order.
 	Statements []Statement
 }
@@ -96,7 +107,7 @@ type Bus struct {
 // Model reads the stack from t with names n (StreamArn attributes set).
 func Model(t *Template, n *Names) (*Stack, error) {
 	s := &Stack{Functions: map[string]*Function{}, Tables: map[string]Table{}, Queues: map[string]Queue{},
-		Secrets: map[string]string{}, Buses: map[string]Bus{}}
+		Secrets: map[string]string{}, Buses: map[string]Bus{}, Parameters: map[string]string{}}
 	byLogical := map[string]*Function{}
 	roleStatements := map[string][]Statement{}
 	for _, id := range t.OfType("AWS::IAM::Policy") {
@@ -149,6 +160,19 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		}
 		f.RoleArn, _ = props["Role"].(string)
 		f.Timeout, f.MemoryMB = num(props["Timeout"], 3), num(props["MemorySize"], 128)
+		f.Runtime, f.Handler = str(props["Runtime"]), str(props["Handler"])
+		for _, a := range asList(props["Architectures"]) {
+			f.Architectures = append(f.Architectures, fmt.Sprint(a))
+		}
+		if tc, ok := props["TracingConfig"].(map[string]any); ok {
+			f.Tracing = tc["Mode"] == "Active"
+		}
+		if lc, ok := props["LoggingConfig"].(map[string]any); ok {
+			f.LogFormat = str(lc["LogFormat"])
+		}
+		if code, ok := props["Code"].(map[string]any); ok {
+			f.Code = str(code["S3Key"])
+		}
 		roleName := f.RoleArn[strings.LastIndex(f.RoleArn, "/")+1:]
 		f.Statements = roleStatements[roleName]
 		if _, dup := s.Functions[name]; dup {
@@ -309,6 +333,13 @@ func Model(t *Template, n *Names) (*Stack, error) {
 	for _, id := range t.OfType("AWS::SQS::Queue") {
 		a := n.Attrs[id]
 		s.Queues[id] = Queue{LogicalID: id, Name: a["QueueName"], URL: a["QueueUrl"], Arn: a["Arn"]}
+	}
+	for _, id := range t.OfType("AWS::SSM::Parameter") {
+		props, err := resolved(n, t.Resources[id])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		s.Parameters[n.Refs[id]] = str(props["Value"])
 	}
 	for _, id := range t.OfType("AWS::SecretsManager::Secret") {
 		s.Secrets[id] = n.Refs[id]

@@ -24,6 +24,8 @@ const (
 // Template is a CloudFormation template's resources.
 type Template struct {
 	Resources map[string]Resource `json:"Resources"`
+	// Path is the file it was read from ("" when parsed from bytes).
+	Path string `json:"-"`
 }
 
 // Resource is one resource of a template.
@@ -39,7 +41,12 @@ func Load(path string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Parse(b)
+	t, err := Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	t.Path = path
+	return t, nil
 }
 
 // Parse reads a template.
@@ -112,6 +119,8 @@ func LocalNames(t *Template) *Names {
 		case "AWS::SNS::Topic":
 			name = arn("sns", id)
 			attrs["TopicArn"] = name
+		case "AWS::SSM::Parameter":
+			name = propString(r, "Name", id)
 		case "AWS::ApiGatewayV2::Api":
 			name = strings.ToLower(id)
 			attrs["ApiEndpoint"] = "http://" + name + ".local"

@@ -1,12 +1,16 @@
 package exactonce
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -96,13 +100,29 @@ func newApi(b *build, scope constructs.Construct, table awsdynamodb.ITable, secr
 		ThrottlingBurstLimit: jsii.Number(2000),
 	})
 
+	// The tenant map is read at cold start from an SSM parameter, not the
+	// environment: Lambda's 4 KB of variables would hold ~35 tenants. Its
+	// digest in the environment makes a change of the map update every
+	// function (new cold starts read the new map).
+	var tenants awsssm.StringParameter
+	var tenantsSum string
+	if b.Tenants != nil {
+		tenants = awsssm.NewStringParameter(a.Construct, jsii.String("Tenants"), &awsssm.StringParameterProps{
+			Description: jsii.String("ExactOnce tenant map (tenant → principal patterns), read by the API functions at cold start"),
+			StringValue: jsii.String(b.tenantsJSON()),
+			Tier:        awsssm.ParameterTier_INTELLIGENT_TIERING, // advanced (8 KB) only when the map outgrows 4 KB
+		})
+		sum := sha256.Sum256([]byte(b.tenantsJSON()))
+		tenantsSum = hex.EncodeToString(sum[:])
+	}
 	for _, r := range Routes {
 		env := b.tableEnv(table)
 		if r.Secret {
 			env["EXACTONCE_SECRET_ARN"] = secret.id
 		}
-		if b.Tenants != nil {
-			env[config.EnvTenants] = jsii.String(b.tenantsJSON())
+		if tenants != nil {
+			env[config.EnvTenantsParameter] = tenants.ParameterName()
+			env[config.EnvTenantsSHA256] = jsii.String(tenantsSum)
 		}
 		if b.TenantClaim != "" {
 			env[config.EnvJWTClaim] = jsii.String(b.TenantClaim)
@@ -123,6 +143,9 @@ func newApi(b *build, scope constructs.Construct, table awsdynamodb.ITable, secr
 		}
 		if r.Secret {
 			fn.allow([]string{"secretsmanager:GetSecretValue"}, secret.policyArn)
+		}
+		if tenants != nil {
+			fn.allow([]string{"ssm:GetParameter"}, tenants.ParameterArn())
 		}
 		route := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),

@@ -75,10 +75,6 @@ func TestDocsListEveryRoute(t *testing.T) {
 	}
 }
 
-// awsUnreservedMinimum is the concurrency AWS keeps unreserved in every
-// account and Region: reserved concurrency can only come from above it.
-const awsUnreservedMinimum = 100
-
 // TestDeployingPageHasWhatADeployerNeeds: docs/deploying.md gives, from
 // what the stack really has: every output (AddOutputs), the reserved
 // concurrency and the account quota it needs, the scope of every route for a
@@ -104,11 +100,16 @@ func TestDeployingPageHasWhatADeployerNeeds(t *testing.T) {
 			t.Errorf("deploying.md does not name the output %s", o[1])
 		}
 	}
-	reserved := publisherReservedConcurrency + sweeperReservedConcurrency
-	for _, n := range []int{reserved, reserved + awsUnreservedMinimum} {
+	reserved := RecommendedReservedConcurrency + SweeperReservedConcurrency
+	for _, n := range []int{reserved, reserved + UnreservedMinimum} {
 		if !strings.Contains(page, "**"+strconv.Itoa(n)+"**") {
-			t.Errorf("deploying.md does not state (in bold) %d: the stack reserves %d concurrent executions, so the account's quota must be at least %d",
-				n, reserved, reserved+awsUnreservedMinimum)
+			t.Errorf("deploying.md does not state (in bold) %d: with the recommended exactonce:reservedConcurrency=%d the stack reserves %d concurrent executions, so the account's quota must be at least %d",
+				n, RecommendedReservedConcurrency, reserved, reserved+UnreservedMinimum)
+		}
+	}
+	for _, s := range []string{"exactonce:reservedConcurrency", "off"} {
+		if !strings.Contains(page, s) {
+			t.Errorf("deploying.md does not say how reserved concurrency is chosen (%s)", s)
 		}
 	}
 	for _, r := range Routes {

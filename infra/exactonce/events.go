@@ -66,7 +66,9 @@ func eventPublisher(b *build, scope constructs.Construct, table awsdynamodb.ITab
 		"EVENT_SOURCE":         jsii.String(b.EventSource),
 		"ON_FAILURE_QUEUE_URL": onFailure.QueueUrl(),
 	}, publisherMemory, publisherTimeout)
-	publisher.reserve(publisherReservedConcurrency)
+	if b.ReservedConcurrency > 0 {
+		publisher.reserve(float64(b.ReservedConcurrency))
+	}
 	publisher.allow([]string{"events:PutEvents"}, bus.EventBusArn())
 	hasUserID := func(image string) *map[string]any {
 		return awslambda.FilterCriteria_Filter(&map[string]any{

@@ -103,6 +103,16 @@ type Props struct {
 	// ExactOnce on one MRSC global table (exactonce:regions,
 	// exactonce:witnessRegion); nil is a single-Region table.
 	MultiRegion *MultiRegion
+	// ReservedConcurrency, when above 0, reserves that many concurrent
+	// executions for the stream publisher (one per stream shard; 20 covers a
+	// table of ~20 partitions) and SweeperReservedConcurrency for the sweeper,
+	// so API traffic can never starve them. 0 (the default) reserves none:
+	// a deploy then needs no quota beyond AWS's defaults. With N, the
+	// Region's concurrency quota must be at least
+	// UnreservedMinimum + N + SweeperReservedConcurrency (AWS keeps 100
+	// unreserved; a new account's quota is often 10): the deploy fails and
+	// rolls back otherwise (exactonce:reservedConcurrency, "off" or N).
+	ReservedConcurrency int
 	// StackLogicalIds gives every resource the logical id it has in the
 	// standalone ExactOnce stack, as if it were created directly in the
 	// stack and not under this construct and its parts. Set it where a stack
@@ -133,6 +143,13 @@ func (p *Props) Validate() error {
 		if _, err := tenant.Parse(p.tenantsJSON()); err != nil {
 			return fmt.Errorf("exactonce: Tenants: %w", err)
 		}
+		if n := len(p.tenantsJSON()); n > MaxTenantsBytes {
+			return fmt.Errorf("exactonce: Tenants: the tenant map takes %d bytes as JSON; the SSM parameter that holds it takes at most %d (advanced tier): "+
+				"name roles by wildcard patterns (one pattern can cover many roles) or split the tenants across stacks", n, MaxTenantsBytes)
+		}
+	}
+	if p.ReservedConcurrency < 0 {
+		return fmt.Errorf("exactonce: ReservedConcurrency must be 0 (none) or a number of concurrent executions, not %d", p.ReservedConcurrency)
 	}
 	if p.MultiRegion != nil {
 		return p.MultiRegion.Validate()

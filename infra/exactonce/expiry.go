@@ -29,7 +29,9 @@ func newExpiry(b *build, scope constructs.Construct, table *Table) *Expiry {
 		timeout = purgeTimeout
 	}
 	x.Sweeper = newFunction(b, x.Construct, "sweeper", b.tableEnv(table.Ref), sweeperMemoryMB, timeout)
-	x.Sweeper.reserve(sweeperReservedConcurrency)
+	if b.ReservedConcurrency > 0 {
+		x.Sweeper.reserve(SweeperReservedConcurrency)
+	}
 	x.Sweeper.allow([]string{"dynamodb:Query"}, table.ExpiryIndexArn)
 	// GetItem/UpdateItem: its watermarks and Expire; BatchGetItem: skip finished actions.
 	x.Sweeper.allow([]string{"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:BatchGetItem"}, table.Ref.TableArn())
@@ -40,7 +42,8 @@ func newExpiry(b *build, scope constructs.Construct, table *Table) *Expiry {
 			RetryAttempts: jsii.Number(0), // the next minute's run is the retry
 		})},
 	})
-	x.Sweeper.Function.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{RetryAttempts: jsii.Number(0)})
+	x.Sweeper.Function.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{RetryAttempts: jsii.Number(0),
+		MaxEventAge: awscdk.Duration_Seconds(jsii.Number(sweeperMaxEventAge))})
 	if b.MultiRegion != nil {
 		// Safe in every Region at once: each delete is conditional on the
 		// item's ttl having passed, so a second Region's delete of the same

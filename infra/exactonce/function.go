@@ -1,6 +1,8 @@
 package exactonce
 
 import (
+	"fmt"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -30,24 +32,44 @@ const (
 	logRetention     = awslogs.RetentionDays_ONE_MONTH
 )
 
-// Reserved concurrency, so API traffic (which can use the rest of the
-// account's pool) never starves the event pipeline or expiry.
-//   - publisher: the mapping runs one invocation per stream shard at a
-//     time (ParallelizationFactor 1, which keeps each action's events in
-//     order). An on-demand table's stream has about one shard per partition;
-//     20 covers a table of 20 partitions (~20,000 writes/s sustained) with
-//     headroom; raise it with the table. An invocation refused for lack of
-//     concurrency is retried by the mapping: a delay, not a loss.
+// Reserved concurrency (Props.ReservedConcurrency), so API traffic, which
+// can use the rest of the account's pool, never starves the event pipeline
+// or expiry:
+//   - publisher: Props.ReservedConcurrency. The mapping runs one invocation
+//     per stream shard at a time (ParallelizationFactor 1, which keeps each
+//     action's events in order). An on-demand table's stream has about one
+//     shard per partition; RecommendedReservedConcurrency (20) covers a
+//     table of 20 partitions (~20,000 writes/s sustained) with headroom. An
+//     invocation refused for lack of concurrency is retried by the mapping:
+//     a delay, not a loss.
 //   - sweeper: one run a minute, and a run may overlap the next (timeout 60
-//     s); 2 lets that happen and no more.
+//     s); SweeperReservedConcurrency lets that happen and no more.
 //
-// Together they take 22 from the account's unreserved pool (AWS keeps at
-// least 100 unreserved, so the account's limit must be at least 122; new
-// accounts with a limit of 10 must ask for the default 1,000 first).
+// Each Region's quota must then be at least UnreservedMinimum + N +
+// SweeperReservedConcurrency: AWS keeps UnreservedMinimum unreserved.
 const (
-	publisherReservedConcurrency = 20
-	sweeperReservedConcurrency   = 2
+	RecommendedReservedConcurrency = 20
+	SweeperReservedConcurrency     = 2
+	UnreservedMinimum              = 100
 )
+
+// The sweeper's asynchronous invocations (its schedules) are dropped once
+// they are this old: a sweep that waited for a concurrency slot is
+// worthless after the next minute's, and the daily purge is retried the
+// next day (Lambda's default keeps them 6 hours).
+const sweeperMaxEventAge = 2 * 60
+
+// MaxEnvBytes is the total size of a function's environment variables that
+// Lambda accepts; envTokenBytes is what a value known only at deploy (a
+// table name, a queue URL, an ARN) is counted as.
+const (
+	MaxEnvBytes   = 4096
+	envTokenBytes = 256
+)
+
+// MaxTenantsBytes is the largest tenant map, as JSON, that its SSM
+// parameter holds (advanced tier: 8 KB).
+const MaxTenantsBytes = 8192
 
 // Function is one arm64 provided.al2023 Lambda with its own log group (JSON
 // logs, one month) and its own role that may only write there; the part that
@@ -83,6 +105,10 @@ func newFunction(b *build, scope constructs.Construct, name string, env map[stri
 			AppliesTo: &[]interface{}{jsii.String("Resource::*")},
 		}}, jsii.Bool(true))
 	}
+	if n := envBytes(env); n > MaxEnvBytes {
+		panic(fmt.Sprintf("exactonce: function %s: its environment variables take about %d bytes (values known only at deploy counted as %d); Lambda accepts %d and the deploy would fail",
+			name, n, envTokenBytes, MaxEnvBytes))
+	}
 	f.Function = awslambda.NewFunction(f.Construct, jsii.String("Function"), &awslambda.FunctionProps{
 		Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture:  awslambda.Architecture_ARM_64(),
@@ -106,6 +132,24 @@ func (f *Function) allow(actions []string, resources ...*string) {
 		Actions:   jsii.Strings(actions...),
 		Resources: &resources,
 	}))
+}
+
+// envBytes is a function environment's size as Lambda counts it (keys and
+// values), a value known only at deploy counted as envTokenBytes.
+func envBytes(env map[string]*string) int {
+	n := 0
+	for k, v := range env {
+		n += len(k)
+		if v == nil {
+			continue
+		}
+		if *awscdk.Token_IsUnresolved(v) {
+			n += envTokenBytes
+		} else {
+			n += len(*v)
+		}
+	}
+	return n
 }
 
 // reserve gives the function reserved concurrency.

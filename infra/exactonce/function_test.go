@@ -55,18 +55,104 @@ func TestTracing(t *testing.T) {
 	}
 }
 
-// TestReservedConcurrency (issue 14, seen 4): API traffic cannot starve the
-// publisher or the sweeper; the API functions keep the shared pool.
+// TestReservedConcurrency (issue 14, seen 4; issue 33): reserved
+// concurrency is an option. Off by default, so a deploy needs no more than
+// an account's default quota; with N, API traffic cannot starve the
+// publisher (N) or the sweeper (2), and the API functions keep the shared
+// pool.
 func TestReservedConcurrency(t *testing.T) {
-	_, tmpl := synth(t, Props{})
-	got := map[string]any{}
-	for _, fn := range resources(tmpl, "AWS::Lambda::Function") {
-		got[strings.TrimPrefix(props(fn)["Description"].(string), "ExactOnce ")] = props(fn)["ReservedConcurrentExecutions"]
-	}
-	for name, want := range map[string]any{"publisher": 20.0, "sweeper": 2.0, "consume": nil, "create": nil} {
-		if got[name] != want {
-			t.Errorf("%s reserved concurrency %v, want %v", name, got[name], want)
+	for n, want := range map[int]map[string]any{
+		0:  {"publisher": nil, "sweeper": nil, "consume": nil, "create": nil},
+		20: {"publisher": 20.0, "sweeper": 2.0, "consume": nil, "create": nil},
+		7:  {"publisher": 7.0, "sweeper": 2.0, "consume": nil, "create": nil},
+	} {
+		_, tmpl := synth(t, Props{ReservedConcurrency: n})
+		got := map[string]any{}
+		for _, fn := range resources(tmpl, "AWS::Lambda::Function") {
+			got[strings.TrimPrefix(props(fn)["Description"].(string), "ExactOnce ")] = props(fn)["ReservedConcurrentExecutions"]
 		}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("ReservedConcurrency %d: %s reserved concurrency %v, want %v", n, name, got[name], w)
+			}
+		}
+	}
+	if err := (&Props{Code: AssetCode("x"), ReservedConcurrency: -1}).Validate(); err == nil {
+		t.Error("a negative ReservedConcurrency was accepted")
+	}
+}
+
+// TestTenantMapOutOfTheEnvironment (issue 33): Lambda refuses more than 4 KB
+// of environment variables, which the whole tenant map in every API
+// function's environment passed at about 35 tenants. The map is in an SSM
+// parameter the functions may read (and only that); a 100-tenant map
+// synthesizes with every function's environment under 4 KB; a map the
+// parameter cannot hold is refused at synth, naming the limit.
+func TestTenantMapOutOfTheEnvironment(t *testing.T) {
+	tenants := map[string][]string{}
+	for i := range 100 {
+		tenants[fmt.Sprintf("tenant-%03d", i)] = []string{fmt.Sprintf("arn:aws:iam::%012d:role/tenant-%03d-*", 100000000000+i*7919, i)}
+	}
+	_, tmpl := synth(t, Props{Tenants: tenants})
+	params := resources(tmpl, "AWS::SSM::Parameter")
+	if len(params) != 1 {
+		t.Fatalf("%d SSM parameters, want the tenant map's", len(params))
+	}
+	for _, p := range params {
+		if v, _ := props(p)["Value"].(string); !strings.Contains(v, "tenant-099") || props(p)["Tier"] != "Intelligent-Tiering" {
+			t.Fatalf("parameter %v", jsonOf(props(p)))
+		}
+	}
+	for _, fn := range resources(tmpl, "AWS::Lambda::Function") {
+		vars, _ := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		n := 0
+		for k, v := range vars {
+			n += len(k)
+			if s, ok := v.(string); ok {
+				n += len(s)
+			} else {
+				n += envTokenBytes // known at deploy: a name, URL or ARN
+			}
+		}
+		name := props(fn)["Description"]
+		if n > MaxEnvBytes {
+			t.Errorf("%s: environment of about %d bytes, over Lambda's %d", name, n, MaxEnvBytes)
+		}
+		if _, ok := vars["EXACTONCE_TENANTS"]; ok {
+			t.Errorf("%s: the tenant map is still in the environment", name)
+		}
+	}
+	policies := jsonOf(resources(tmpl, "AWS::IAM::Policy"))
+	if got := strings.Count(policies, "ssm:GetParameter"); got != len(Routes) {
+		t.Errorf("%d statements allow ssm:GetParameter, want one per API function (%d)", got, len(Routes))
+	}
+	for i := 100; len(jsonOf(tenants)) <= MaxTenantsBytes; i++ {
+		tenants[fmt.Sprintf("tenant-%03d", i)] = []string{fmt.Sprintf("arn:aws:iam::%012d:role/tenant-%03d-*", 100000000000+i*7919, i)}
+	}
+	err := (&Props{Code: AssetCode("x"), Tenants: tenants}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "8192") {
+		t.Errorf("a %d-tenant map (%d bytes): %v, want a refusal naming the parameter's 8192 bytes", len(tenants), len(jsonOf(tenants)), err)
+	}
+}
+
+// TestSweeperEventAge (issue 33): the sweeper's schedules invoke it
+// asynchronously; an event that waited for a concurrency slot is dropped
+// after two minutes (Lambda's default keeps it six hours) and never retried
+// (the next run is the retry).
+func TestSweeperEventAge(t *testing.T) {
+	_, tmpl := synth(t, Props{})
+	cfgs := resources(tmpl, "AWS::Lambda::EventInvokeConfig")
+	found := false
+	for _, c := range cfgs {
+		if strings.Contains(jsonOf(props(c)["FunctionName"]), "Sweeper") {
+			found = true
+			if props(c)["MaximumEventAgeInSeconds"] != 120.0 || props(c)["MaximumRetryAttempts"] != 0.0 {
+				t.Errorf("sweeper's async config %s", jsonOf(props(c)))
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no EventInvokeConfig for the sweeper: %s", jsonOf(cfgs))
 	}
 }
 

@@ -23,6 +23,7 @@ type Server struct {
 	mu      sync.Mutex
 	queues  map[string][]string // queue name → message bodies, oldest first
 	secrets map[string]string   // secret ARN → value
+	params  map[string]string   // SSM parameter name → value
 	srv     *http.Server
 	URL     string
 }
@@ -56,6 +57,16 @@ func (s *Server) Messages(name string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.queues[name]...)
+}
+
+// PutParameter sets an SSM parameter's value.
+func (s *Server) PutParameter(name, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.params == nil {
+		s.params = map[string]string{}
+	}
+	s.params[name] = value
 }
 
 // PutSecret sets a secret's value.
@@ -106,8 +117,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		reply(w, map[string]any{"ARN": id, "Name": id[strings.LastIndex(id, ":")+1:], "SecretString": v,
 			"VersionId": "e2e", "VersionStages": []string{"AWSCURRENT"}, "CreatedDate": float64(time.Now().Unix())})
+	case "AmazonSSM.GetParameter":
+		name := str("Name")
+		s.mu.Lock()
+		v, ok := s.params[name]
+		s.mu.Unlock()
+		if !ok {
+			fail(w, http.StatusBadRequest, "ParameterNotFound", "")
+			return
+		}
+		reply(w, map[string]any{"Parameter": map[string]any{"Name": name, "Type": "String", "Value": v, "Version": 1,
+			"ARN": "arn:aws:ssm:us-east-1:000000000000:parameter/" + strings.TrimPrefix(name, "/"), "DataType": "text"}})
 	default:
-		fail(w, http.StatusBadRequest, "UnknownOperationException", "the fake serves SQS SendMessage and Secrets Manager GetSecretValue")
+		fail(w, http.StatusBadRequest, "UnknownOperationException", "the fake serves SQS SendMessage, Secrets Manager GetSecretValue and SSM GetParameter")
 	}
 }
 

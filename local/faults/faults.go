@@ -50,6 +50,8 @@ type Proxy struct {
 	srv    *http.Server
 	// URL is the proxy's endpoint.
 	URL string
+	// entries refuses single PutEvents entries (entries.go).
+	entries entryFaults
 }
 
 // Start serves the proxy on a free loopback port; seed makes the fault
@@ -178,6 +180,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.counts.conflicts.Add(1)
 		awsError(w, http.StatusBadRequest, "com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException",
 			"One or more items in this request are being modified by a request in another Region.")
+		return
+	}
+	if f == none && p.putEventsWithFaults(w, r, body) {
 		return
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.Target+r.URL.RequestURI(), bytes.NewReader(body))

@@ -10,23 +10,29 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 )
 
 // HeaderCaller names, on the local server only, the IAM principal ARN the
 // request is made as (API Gateway's IAM authorizer would have verified it
-// from the SigV4 signature); absent, the caller is LocalPrincipal.
+// from the SigV4 signature); absent, the caller is LocalPrincipal. A role's
+// ARN arrives as API Gateway gives it, as a session of the role
+// (CallerARN): a role signs only through sts:AssumeRole.
 const HeaderCaller = "X-Exactonce-Caller"
 
 // LocalPrincipal is the caller of a local request without HeaderCaller.
 const LocalPrincipal = "arn:aws:iam::000000000000:role/exactonce-local"
+
+// LocalSession is the session name of a local caller given as a role.
+const LocalSession = "local"
 
 // Handler is a Lambda HTTP API handler.
 type Handler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
@@ -72,7 +78,14 @@ func (m *Mux) Route(routeKey string, h Handler) {
 // Handle registers a plain net/http handler (local-only routes).
 func (m *Mux) Handle(pattern string, h http.Handler) { m.mux.Handle(pattern, h) }
 
+// ServeHTTP routes r as an HTTP API does: on its decoded path, cut at a
+// decoded '?' or '#' (DecodedPath), so an escaped '/' separates segments.
 func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := DecodedPath(r.URL); p != r.URL.Path || r.URL.RawPath != "" {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = p, ""
+		r = r2
+	}
 	if _, pattern := m.mux.Handler(r); pattern == "" {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
 		return
@@ -80,9 +93,44 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mux.ServeHTTP(w, r)
 }
 
+// DecodedPath is the path an HTTP API routes on and gives the function:
+// the request's path percent-decoded, then cut at a decoded '?' or '#'.
+// (So a path segment cannot carry '/', '?' or '#', and a '%' in it arrives
+// decoded: /users/a%2Fb/actions is /users/a/b/actions.)
+func DecodedPath(u *url.URL) string {
+	p, err := url.PathUnescape(u.EscapedPath())
+	if err != nil {
+		p = u.Path
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}
+
+// textMedia reports whether an HTTP API passes a body of this Content-Type
+// as text; any other body (form data, binary, no Content-Type) arrives
+// base64-encoded (isBase64Encoded).
+func textMedia(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(mt, "text/"), strings.HasSuffix(mt, "+json"), strings.HasSuffix(mt, "+xml"):
+		return true
+	}
+	switch mt {
+	case "application/json", "application/xml", "application/javascript", "application/x-javascript":
+		return true
+	}
+	return false
+}
+
 // Event builds the API Gateway v2 event for r: lower-cased headers (repeated
 // ones joined by commas), raw and parsed query string, cookies, the body
-// (base64 when it is not UTF-8 text) and the request context.
+// (base64 unless its Content-Type is text, as an HTTP API decides) and the
+// request context, with the decoded path.
 func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
 	if err != nil {
@@ -92,7 +140,7 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 	ev := events.APIGatewayV2HTTPRequest{
 		Version:        "2.0",
 		RouteKey:       routeKey,
-		RawPath:        r.URL.Path,
+		RawPath:        DecodedPath(r.URL),
 		RawQueryString: r.URL.RawQuery,
 		Headers:        map[string]string{},
 		PathParameters: map[string]string{},
@@ -107,15 +155,13 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 			TimeEpoch:  now.UnixMilli(),
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
 				Method:    r.Method,
-				Path:      r.URL.Path,
+				Path:      DecodedPath(r.URL),
 				Protocol:  r.Proto,
 				SourceIP:  sourceIP(r),
 				UserAgent: r.UserAgent(),
 			},
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{
-					AccountID: "000000000000", UserARN: caller(r),
-				},
+				IAM: IAMCaller(caller(r), "AKIALOCALCALLER"),
 			},
 		},
 	}
@@ -134,9 +180,11 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 			ev.QueryStringParameters[k] = strings.Join(v, ",")
 		}
 	}
-	if utf8.Valid(body) {
+	switch {
+	case len(body) == 0:
+	case textMedia(r.Header.Get("Content-Type")):
 		ev.Body = string(body)
-	} else {
+	default:
 		ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
 	}
 	return ev, nil
@@ -172,9 +220,46 @@ func Write(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) {
 // caller is the principal a local request is made as.
 func caller(r *http.Request) string {
 	if c := strings.TrimSpace(r.Header.Get(HeaderCaller)); c != "" {
-		return c
+		return CallerARN(c, LocalSession)
 	}
-	return LocalPrincipal
+	return CallerARN(LocalPrincipal, LocalSession)
+}
+
+// CallerARN is the principal ARN API Gateway's IAM authorizer gives for a
+// caller: a role (arn:aws:iam::ACCOUNT:role/[PATH/]NAME) calls as one of its
+// sessions, arn:aws:sts::ACCOUNT:assumed-role/NAME/SESSION (the path is not
+// in it); any other ARN (a user, a session already) as it is.
+func CallerARN(arn, session string) string {
+	rest, ok := strings.CutPrefix(arn, "arn:")
+	if !ok {
+		return arn
+	}
+	f := strings.SplitN(rest, ":", 5) // partition, service, region, account, resource
+	if len(f) != 5 || f[1] != "iam" {
+		return arn
+	}
+	role, ok := strings.CutPrefix(f[4], "role/")
+	if !ok {
+		return arn
+	}
+	name := role[strings.LastIndex(role, "/")+1:]
+	return "arn:" + f[0] + ":sts::" + f[3] + ":assumed-role/" + name + "/" + session
+}
+
+// IAMCaller is the IAM authorizer's description of a caller (its principal
+// ARN as CallerARN gives it), as API Gateway fills it.
+func IAMCaller(arn, accessKey string) *events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription {
+	account := "000000000000"
+	if f := strings.SplitN(arn, ":", 6); len(f) == 6 {
+		account = f[4]
+	}
+	id := "AIDALOCALCALLER"
+	if i := strings.Index(arn, ":assumed-role/"); i >= 0 {
+		_, session, _ := strings.Cut(arn[i+len(":assumed-role/"):], "/")
+		id = "AROALOCALCALLER:" + session
+	}
+	return &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{AccessKey: accessKey, AccountID: account,
+		CallerID: id, UserARN: arn, UserID: id}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

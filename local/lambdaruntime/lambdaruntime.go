@@ -7,6 +7,7 @@ package lambdaruntime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -48,24 +49,39 @@ type invocation struct {
 	done      chan Result
 }
 
-// Function is one running bootstrap process and its Runtime API.
+// Function is one function's execution environment: its bootstrap process
+// and its Runtime API. Like Lambda, it starts the process again (a new
+// init) when it exited or an invocation ran past the timeout.
 type Function struct {
 	ln      net.Listener
 	srv     *http.Server
-	cmd     *exec.Cmd
+	argv    []string
+	dir     string
+	env     []string
 	started time.Time
 	output  bytes.Buffer // the process's stdout and stderr
 
 	ready   chan struct{} // closed at the first poll for an invocation
 	readyAt time.Time
-	exited  chan struct{}
 	next    chan *invocation
 
-	mu      sync.Mutex
-	pending map[string]*invocation
-	seq     int
-	timeout time.Duration
-	arn     string
+	mu        sync.Mutex
+	proc      *process
+	first     *process
+	closed    bool
+	pending   map[string]*invocation
+	seq       int
+	timeout   time.Duration
+	stopAfter time.Duration // timeout × Config.Grace
+	arn       string
+	timedOut  int
+}
+
+// process is one run of the bootstrap.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // how it exited (once exited is closed)
 }
 
 // Config is what Lambda tells a function about itself.
@@ -74,6 +90,15 @@ type Config struct {
 	ARN      string        // the invoked function ARN
 	MemoryMB int           // AWS_LAMBDA_FUNCTION_MEMORY_SIZE (default 256)
 	Timeout  time.Duration // each invocation's deadline (default 10 s)
+	// Argv runs this command instead of the binary (an emulator and the
+	// bootstrap: see Definition.Command); Dir is its working directory
+	// (Lambda's is the code's folder).
+	Argv []string
+	Dir  string
+	// Grace stops an invocation only after Grace times the timeout (at
+	// least 1): more time for a slower machine or an emulator, while the
+	// function sees its own deadline.
+	Grace float64
 }
 
 // Start runs the binary with env (added to a minimal Lambda-like
@@ -100,44 +125,103 @@ func StartConfig(bin string, c Config, env ...string) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Function{ln: ln, ready: make(chan struct{}), exited: make(chan struct{}),
-		next: make(chan *invocation), pending: map[string]*invocation{}, timeout: c.Timeout, arn: c.ARN}
+	argv := c.Argv
+	if len(argv) == 0 {
+		argv = []string{bin}
+	}
+	f := &Function{ln: ln, ready: make(chan struct{}), next: make(chan *invocation), pending: map[string]*invocation{},
+		timeout: c.Timeout, arn: c.ARN, argv: argv, dir: c.Dir, stopAfter: time.Duration(max(c.Grace, 1) * float64(c.Timeout))}
 	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
-
-	f.cmd = exec.Command(bin)
-	f.cmd.Env = append([]string{
+	f.env = append([]string{
 		"AWS_LAMBDA_RUNTIME_API=" + ln.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME=" + c.Name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(c.MemoryMB),
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 	}, env...)
-	w := &syncWriter{w: &f.output, mu: &f.mu}
-	f.cmd.Stdout, f.cmd.Stderr = w, w
 	f.started = time.Now()
-	if err := f.cmd.Start(); err != nil {
+	p, err := f.start()
+	if err != nil {
 		_ = f.srv.Close()
 		return nil, err
 	}
-	go func() { _ = f.cmd.Wait(); close(f.exited) }()
+	f.first = p
 	return f, nil
+}
+
+// start runs the bootstrap (again): an init.
+func (f *Function) start() (*process, error) {
+	cmd := exec.Command(f.argv[0], f.argv[1:]...)
+	cmd.Env, cmd.Dir = f.env, f.dir
+	w := &syncWriter{w: &f.output, mu: &f.mu}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	f.mu.Lock()
+	f.proc = p
+	f.mu.Unlock()
+	return p, nil
+}
+
+// current is the running process, started again when the last one exited
+// (Lambda's next invocation after a crash or a timeout is a new init).
+func (f *Function) current() (*process, error) {
+	f.mu.Lock()
+	p, closed := f.proc, f.closed
+	f.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("lambdaruntime: the function is closed")
+	}
+	select {
+	case <-p.exited:
+		return f.start()
+	default:
+		return p, nil
+	}
+}
+
+// Reinit starts the bootstrap again when its process exited during init,
+// as Lambda's next invocation does after a failed init.
+func (f *Function) Reinit() error {
+	_, err := f.current()
+	return err
+}
+
+// TimedOut counts the invocations that ran past the timeout.
+func (f *Function) TimedOut() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.timedOut
 }
 
 // Ready waits for the function's first poll for work and returns the time
 // from process start to then: what Lambda reports as Init Duration.
 func (f *Function) Ready(ctx context.Context) (time.Duration, error) {
+	f.mu.Lock()
+	p := f.proc
+	f.mu.Unlock()
 	select {
 	case <-f.ready:
 		return f.readyAt.Sub(f.started), nil
-	case <-f.exited:
-		return 0, fmt.Errorf("lambdaruntime: the function exited during init:\n%s", f.Output())
+	case <-p.exited:
+		return 0, fmt.Errorf("lambdaruntime: the function exited during init (%v):\n%s", p.err, f.Output())
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
 }
 
 // Invoke hands the function one event, with a Lambda trace header when
-// trace is not empty, and waits for its answer.
+// trace is not empty, and waits for its answer. An invocation that runs past
+// the timeout is answered as Lambda answers it (an error, "Task timed out
+// after N seconds") and its process is stopped: the next invocation starts
+// the function again, as a new init.
 func (f *Function) Invoke(ctx context.Context, event []byte, trace string) (Result, error) {
+	p, err := f.current()
+	if err != nil {
+		return Result{}, err
+	}
 	f.mu.Lock()
 	f.seq++
 	inv := &invocation{id: "req-" + strconv.Itoa(f.seq), trace: trace, event: event, done: make(chan Result, 1)}
@@ -145,16 +229,28 @@ func (f *Function) Invoke(ctx context.Context, event []byte, trace string) (Resu
 	f.mu.Unlock()
 	select {
 	case f.next <- inv:
-	case <-f.exited:
+	case <-p.exited:
 		return Result{}, fmt.Errorf("lambdaruntime: the function exited:\n%s", f.Output())
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+	deadline := time.NewTimer(f.stopAfter)
+	defer deadline.Stop()
 	select {
 	case r := <-inv.done:
 		return r, nil
-	case <-f.exited:
+	case <-p.exited:
 		return Result{}, fmt.Errorf("lambdaruntime: the function exited during an invocation:\n%s", f.Output())
+	case <-deadline.C:
+		f.mu.Lock()
+		delete(f.pending, inv.id)
+		f.timedOut++
+		f.mu.Unlock()
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		body, _ := json.Marshal(map[string]string{"errorType": "Sandbox.Timedout",
+			"errorMessage": fmt.Sprintf("%s Task timed out after %.2f seconds", inv.id, f.timeout.Seconds())})
+		return Result{Body: body, Error: true}, nil
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -169,8 +265,12 @@ func (f *Function) Output() string {
 
 // Close stops the process and the Runtime API.
 func (f *Function) Close() {
-	_ = f.cmd.Process.Kill()
-	<-f.exited
+	f.mu.Lock()
+	p := f.proc
+	f.closed = true
+	f.mu.Unlock()
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 	_ = f.srv.Close()
 }
 

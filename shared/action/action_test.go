@@ -172,6 +172,13 @@ func TestValidateCreate(t *testing.T) {
 		{"bad actionId", CreateRequest{ActionID: "a/b", UserID: "u"}, "actionId"},
 		{"long actionId", CreateRequest{ActionID: strings.Repeat("a", 129), UserID: "u"}, "actionId"},
 		{"control char in userId", CreateRequest{UserID: "u\x00"}, "userId"},
+		// A path segment of /users/{userId}/actions that API Gateway
+		// decodes before routing cannot carry these: refused at create.
+		{"slash in userId", CreateRequest{UserID: "team/alice"}, "userId"},
+		{"question mark in userId", CreateRequest{UserID: "who?"}, "userId"},
+		{"hash in userId", CreateRequest{UserID: "u#1"}, "userId"},
+		{"percent in userId", CreateRequest{UserID: "100%"}, "userId"},
+		{"spaces, accents and @ are reachable", CreateRequest{UserID: "Zoë Smith <zoe@example.com>"}, ""},
 		{"bad time", CreateRequest{UserID: "u", ActiveAt: "tomorrow"}, "activeAt"},
 		{"expires before active", CreateRequest{UserID: "u", ActiveAt: "2026-11-23T00:00:00Z", ExpiresAt: "2026-11-22T13:00:00Z"}, "expiresAt"},
 		{"expires in the past", CreateRequest{UserID: "u", ActiveAt: "2026-11-20T00:00:00Z", ExpiresAt: "2026-11-21T00:00:00Z"}, "expiresAt"},

@@ -204,8 +204,12 @@ func ValidateID(field, id string) error {
 }
 
 // ValidateUserID checks a user id (from a body or a path): free text of 1
-// to MaxUserIDLen characters, not "." or ".." (a URL cannot address them,
-// so such a user's actions could never be listed or canceled).
+// to MaxUserIDLen characters, not "." or "..", and without '/', '?', '#'
+// or '%'. It is a path segment of /users/{userId}/actions, and API
+// Gateway's HTTP API decodes the path before routing: no URL can address
+// such a user (an escaped '/' splits the segment, '?' and '#' cut the path,
+// '%' is decoded twice), so its actions could be stored and never listed or
+// canceled.
 func ValidateUserID(id string) error {
 	if id == "" {
 		return invalid("userId", "is required")
@@ -213,8 +217,15 @@ func ValidateUserID(id string) error {
 	if err := notDotSegment("userId", id); err != nil {
 		return err
 	}
+	if strings.ContainsAny(id, UserIDUnreachable) {
+		return invalid("userId", "must not contain /, ?, # or %% (no URL reaches such a user's actions: API Gateway decodes the path before routing)")
+	}
 	return text("userId", id, MaxUserIDLen)
 }
+
+// UserIDUnreachable are the characters a userId cannot hold (see
+// ValidateUserID).
+const UserIDUnreachable = "/?#%"
 
 // ValidatePathSegment checks an identifier that is also a URL path segment:
 // a token (see ValidateToken) other than "." and "..", which a URL cannot

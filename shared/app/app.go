@@ -48,6 +48,12 @@ func New(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Lo
 }
 
 func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.Logger, metrics *telemetry.Metrics, needs Needs) (*httpapi.API, error) {
+	// What the cold start reads from other services, bounded altogether.
+	initCtx, cancel := context.WithTimeout(ctx, config.InitFetchTimeout)
+	defer cancel()
+	if err := config.LoadTenants(initCtx, &cfg, awsCfg); err != nil {
+		return nil, err
+	}
 	var keys *crypto.Provider
 	if needs.Keys {
 		src := cfg.SecretSource
@@ -58,8 +64,8 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 			}
 		}
 		var err error
-		if keys, err = crypto.NewProvider(ctx, src); err != nil {
-			return nil, err
+		if keys, err = crypto.NewProvider(initCtx, src); err != nil {
+			return nil, config.InitError("read the server secret", initCtx, err)
 		}
 	}
 	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {

@@ -2,11 +2,17 @@ package app_test
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/config"
 )
 
 // TestColdStartReadsSecretOnce builds the API exactly as a Lambda's main does,
@@ -49,5 +55,38 @@ func TestColdStartNeedsConfig(t *testing.T) {
 	}
 	if _, err := app.FromEnv(context.Background(), app.Needs{}); err != nil {
 		t.Fatalf("get/cancel must start without a secret: %v", err)
+	}
+}
+
+// TestColdStartFetchesAreBounded: a Secrets Manager or SSM that never
+// answers fails the cold start within config.InitFetchTimeout with an error
+// that says so, instead of holding the init until Lambda's limit (and then
+// answering 500s).
+func TestColdStartFetchesAreBounded(t *testing.T) {
+	stop := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer hang.Close()
+	defer close(stop)
+	for name, cfg := range map[string]config.Config{
+		"secret":     {Table: "t", SecretARN: "arn:aws:secretsmanager:us-east-1:000000000000:secret:exactonce-abc123"},
+		"tenant map": {Table: "t", Secret: "s", TenantsParameter: "exactonce-tenants"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			_, err := app.New(context.Background(), cfg, config.Local(hang.URL), slog.New(slog.DiscardHandler), nil)
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), "no answer within "+config.InitFetchTimeout.String()) {
+				t.Fatalf("err %v, want one saying there was no answer within %s", err, config.InitFetchTimeout)
+			}
+			if took > config.InitFetchTimeout+2*time.Second {
+				t.Fatalf("the cold start took %s, want about %s", took, config.InitFetchTimeout)
+			}
+			t.Logf("failed after %s: %v", took.Round(100*time.Millisecond), err)
+		})
 	}
 }

@@ -4,6 +4,8 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/crypto"
@@ -35,7 +38,18 @@ const (
 	EnvKeyRetain = "EXACTONCE_KEY_RETENTION" // Go duration an idempotency key is kept (default 24h)
 	EnvTenants   = "EXACTONCE_TENANTS"       // JSON tenant map (tenant → principal patterns); unset: one default tenant
 	EnvJWTClaim  = "EXACTONCE_TENANT_CLAIM"  // JWT claim matched against the tenant map (default sub)
+	// The tenant map of a deployed stack lives in an SSM parameter, out of
+	// the functions' environment (Lambda's 4 KB would hold ~35 tenants):
+	// its name, and the SHA-256 of the map the function was deployed with.
+	EnvTenantsParameter = "EXACTONCE_TENANTS_PARAMETER"
+	EnvTenantsSHA256    = "EXACTONCE_TENANTS_SHA256"
 )
+
+// InitFetchTimeout bounds what a cold start reads from other services (the
+// server secret, the tenant map) altogether, so a slow or unreachable
+// service fails the init with a clear error inside Lambda's 10 s init limit
+// instead of answering 500s.
+const InitFetchTimeout = 8 * time.Second
 
 // Store returns the action store these settings describe.
 func (c Config) Store(db *dynamodb.Client) *store.Store {
@@ -60,18 +74,26 @@ type Config struct {
 	// is the JWT claim it matches.
 	Tenants     *tenant.Map
 	TenantClaim string
+	// TenantsParameter is the SSM parameter holding the tenant map (read by
+	// LoadTenants), TenantsSHA256 the digest it must have.
+	TenantsParameter, TenantsSHA256 string
 }
 
 // Load reads the settings through getenv (os.Getenv in production).
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
-		Table:        getenv(EnvTable),
-		Retention:    store.DefaultRetention,
-		KeyRetention: idempotency.DefaultRetention,
-		ExpiryShards: store.DefaultExpiryShards,
-		SecretARN:    getenv(EnvSecretARN),
-		Secret:       getenv(EnvSecret),
-		TenantClaim:  getenv(EnvJWTClaim),
+		Table:            getenv(EnvTable),
+		Retention:        store.DefaultRetention,
+		KeyRetention:     idempotency.DefaultRetention,
+		ExpiryShards:     store.DefaultExpiryShards,
+		SecretARN:        getenv(EnvSecretARN),
+		Secret:           getenv(EnvSecret),
+		TenantClaim:      getenv(EnvJWTClaim),
+		TenantsParameter: getenv(EnvTenantsParameter),
+		TenantsSHA256:    getenv(EnvTenantsSHA256),
+	}
+	if c.TenantsParameter != "" && getenv(EnvTenants) != "" {
+		return c, fmt.Errorf("config: set %s or %s, not both", EnvTenants, EnvTenantsParameter)
 	}
 	var err error
 	if c.Tenants, err = tenant.Parse(getenv(EnvTenants)); err != nil {
@@ -150,6 +172,38 @@ func Local(endpoint string) aws.Config {
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   HTTPClient(),
 	}
+}
+
+// LoadTenants reads the tenant map from c.TenantsParameter (when set) into
+// c.Tenants, checking it is the map the function was deployed with (a
+// function started while a deploy changes the map fails its init instead of
+// placing callers by another map). Bound ctx (InitFetchTimeout).
+func LoadTenants(ctx context.Context, c *Config, awsCfg aws.Config) error {
+	if c.TenantsParameter == "" {
+		return nil
+	}
+	out, err := ssm.NewFromConfig(awsCfg).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(c.TenantsParameter)})
+	if err != nil {
+		return InitError("read the tenant map from parameter "+c.TenantsParameter, ctx, err)
+	}
+	v := aws.ToString(out.Parameter.Value)
+	if sum := sha256.Sum256([]byte(v)); c.TenantsSHA256 != "" && hex.EncodeToString(sum[:]) != c.TenantsSHA256 {
+		return fmt.Errorf("config: the tenant map in parameter %s (sha256 %x) is not the one this function was deployed with (%s): a deploy is changing it; the next cold start reads it again",
+			c.TenantsParameter, sum[:6], c.TenantsSHA256[:min(12, len(c.TenantsSHA256))])
+	}
+	if c.Tenants, err = tenant.Parse(v); err != nil {
+		return fmt.Errorf("config: the tenant map in parameter %s: %w", c.TenantsParameter, err)
+	}
+	return nil
+}
+
+// InitError is err from reading what during a cold start: when ctx's bound
+// (InitFetchTimeout) passed first, it says so plainly.
+func InitError(what string, ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("config: %s: no answer within %s (the service is slow or unreachable); this cold start fails and the next one tries again", what, InitFetchTimeout)
+	}
+	return fmt.Errorf("config: %s: %w", what, err)
 }
 
 // SecretSource reads the server secret: from Secrets Manager when a secret

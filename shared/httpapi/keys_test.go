@@ -251,7 +251,7 @@ func TestKeyBadInputWritesNothing(t *testing.T) {
 		{"POST", "/keys/k/complete", `{"token":"` + strings.Repeat("a", 32) + `"}`, "response"},
 		{"POST", "/keys/k/complete", big, "response"},
 		{"POST", "/keys/k/release", `{"token":"` + strings.Repeat("a", 32) + `","error":"bad\u0000"}`, "error"},
-		{"GET", "/keys/a%2Fb", ``, "key"},
+		{"GET", "/keys/a%20b", ``, "key"},
 	} {
 		r := do(t, env, c.method, c.path, c.body)
 		if r.Status != 400 || r.Str("field") != c.field {

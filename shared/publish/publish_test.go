@@ -147,6 +147,7 @@ type fakeEventBridge struct {
 	accepted map[string]int // eventId → times accepted
 	order    []string
 	fail     func(call, entry int, eventID string) bool
+	failCode string // the ErrorCode of a failed entry (default InternalFailure, retryable)
 	status   func(call int) int
 }
 
@@ -182,7 +183,11 @@ func (f *fakeEventBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.Unmarshal([]byte(e.Detail), &d)
 		if f.fail != nil && f.fail(f.calls, i, d.EventID) {
 			out.FailedEntryCount++
-			out.Entries = append(out.Entries, res{ErrorCode: "InternalFailure"})
+			code := f.failCode
+			if code == "" {
+				code = "InternalFailure"
+			}
+			out.Entries = append(out.Entries, res{ErrorCode: code})
 			continue
 		}
 		f.accepted[d.EventID]++
@@ -387,6 +392,60 @@ func TestPoisonRecord(t *testing.T) {
 		if n < 1 {
 			t.Fatalf("event %s not accepted", id)
 		}
+	}
+}
+
+// TestNonRetryableEntrySetAside: an entry EventBridge refuses with a
+// non-retryable code (MalformedDetail, AccessDeniedException, …) is not
+// retried within the invocation and does not hold the shard: the events
+// around it are published, its record alone is reported, and after
+// PoisonAttempts reports it is set aside with the event and the error;
+// an entry refused with a retryable code is retried as before.
+func TestNonRetryableEntrySetAside(t *testing.T) {
+	for _, code := range []string{"MalformedDetail", "AccessDeniedException", "NotAuthorizedForSourceException", "InvalidArgument"} {
+		t.Run(code, func(t *testing.T) {
+			ev := consumes(5)
+			refused := events.EventID(events.TypeConsumed, "a002", "2023-11-14T22:13:20.000Z")
+			f := &fakeEventBridge{failCode: code, fail: func(_, _ int, id string) bool { return id == refused }}
+			p := newPublisher(t, f)
+			var aside []Aside
+			p.SetAside = func(_ context.Context, a Aside) error { aside = append(aside, a); return nil }
+			seq := ev.Records[2].Change.SequenceNumber
+			for attempt := 1; attempt <= p.PoisonAttempts; attempt++ {
+				calls := f.calls
+				resp, err := p.Handle(context.Background(), ev)
+				if err != nil {
+					t.Fatalf("attempt %d: %v (a non-retryable entry must not fail the batch)", attempt, err)
+				}
+				if f.calls-calls != 1 {
+					t.Fatalf("attempt %d: %d PutEvents calls, want 1 (no retry of a non-retryable entry)", attempt, f.calls-calls)
+				}
+				last := attempt == p.PoisonAttempts
+				switch {
+				case !last && (len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != seq):
+					t.Fatalf("attempt %d: batch item failures %+v, want only %s", attempt, resp.BatchItemFailures, seq)
+				case last && len(resp.BatchItemFailures) != 0:
+					t.Fatalf("attempt %d: batch item failures %+v after setting it aside", attempt, resp.BatchItemFailures)
+				}
+				if attempt == 1 {
+					if len(f.accepted) != 4 {
+						t.Fatalf("%d events accepted, want the 4 around the refused one", len(f.accepted))
+					}
+					ev.Records = ev.Records[2:] // Lambda retries from the reported record
+				}
+			}
+			if len(aside) != 1 {
+				t.Fatalf("%d set aside, want 1", len(aside))
+			}
+			a := aside[0]
+			if a.SequenceNumber != seq || a.ErrorCode != code || !strings.Contains(a.Error, code) || a.Event == nil ||
+				a.Event.DetailType != events.TypeConsumed || !strings.Contains(a.Event.Detail, refused) || a.Attempts != p.PoisonAttempts {
+				t.Fatalf("set aside %+v (event %+v)", a, a.Event)
+			}
+			if f.accepted[refused] != 0 {
+				t.Fatal("the refused event was counted as accepted")
+			}
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -91,9 +92,11 @@ type Publisher struct {
 	reported map[string]int // sequence number → times reported undecodable
 }
 
-// Aside is what is kept of an undecodable record: enough to find and fix
-// the item (its keys, where it was in the stream, when, why), never its
-// images (they hold the encrypted payload and the PIN hash).
+// Aside is what is kept of a record set aside (undecodable, or whose event
+// EventBridge refused for good): enough to find and fix the item (its keys,
+// where it was in the stream, when, why), never its images (they hold the
+// encrypted payload and the PIN hash). A refused event is kept whole (its
+// detail carries none of those).
 type Aside struct {
 	Reason                  string            `json:"reason"`
 	EventSourceARN          string            `json:"eventSourceArn,omitempty"`
@@ -103,8 +106,35 @@ type Aside struct {
 	SequenceNumber          string            `json:"sequenceNumber"`
 	ApproximateCreationTime string            `json:"approximateCreationTime"`
 	Error                   string            `json:"error"`
-	Attempts                int               `json:"attempts"`
-	SetAsideAt              string            `json:"setAsideAt"`
+	// ErrorCode and Event: an event EventBridge refused with a
+	// non-retryable code (see Retryable), and that event.
+	ErrorCode  string      `json:"errorCode,omitempty"`
+	Event      *AsideEvent `json:"event,omitempty"`
+	Attempts   int         `json:"attempts"`
+	SetAsideAt string      `json:"setAsideAt"`
+}
+
+// AsideEvent is an event EventBridge refused, as it was sent.
+type AsideEvent struct {
+	EventBusName string `json:"eventBusName"`
+	Source       string `json:"source"`
+	DetailType   string `json:"detailType"`
+	Detail       string `json:"detail"`
+}
+
+// Retryable reports whether EventBridge documents a PutEvents entry's
+// ErrorCode as retryable (InternalFailure, ThrottlingException; an entry
+// without a code). Every other code (AccessDeniedException, MalformedDetail,
+// InvalidArgument, NotAuthorizedForSourceException, …) fails again however
+// often it is sent: its record is set aside, not retried.
+func Retryable(code string) bool {
+	return code == "" || code == "InternalFailure" || code == "ThrottlingException"
+}
+
+// refusal is an entry EventBridge refused with a non-retryable code.
+type refusal struct {
+	pending
+	code, message string
 }
 
 // New returns a Publisher to bus with the given event source.
@@ -120,9 +150,11 @@ type pending struct {
 	size   int
 }
 
-// stats are one invocation's counts, emitted as metrics.
+// stats are one invocation's counts, emitted as metrics, and the entries
+// refused for good.
 type stats struct {
 	published, retried, failed, reported, setAside int
+	refused                                        []refusal
 }
 
 // Handle is the Lambda handler for the stream (ReportBatchItemFailures on).
@@ -177,8 +209,27 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 	if err := p.publish(ctx, todo, st); err != nil {
 		return ok, err
 	}
-	// Everything decodable is published; now the poison records, in order:
-	// set aside those retried enough, report the first of the others.
+	// Events EventBridge refused for good hold back their records like
+	// undecodable ones: in record order with them.
+	refusedAt := map[int]refusal{}
+	for _, r := range st.refused {
+		refusedAt[r.record] = r
+		poison, poisonErr = append(poison, r.record), append(poisonErr, fmt.Errorf("EventBridge refused the event: %s: %s", r.code, r.message))
+	}
+	if len(st.refused) > 0 {
+		order := make([]int, len(poison))
+		for k := range order {
+			order[k] = k
+		}
+		sort.SliceStable(order, func(a, b int) bool { return poison[order[a]] < poison[order[b]] })
+		p2, e2 := make([]int, len(poison)), make([]error, len(poison))
+		for k, o := range order {
+			p2[k], e2[k] = poison[o], poisonErr[o]
+		}
+		poison, poisonErr = p2, e2
+	}
+	// Everything else is published; now the poison records, in order: set
+	// aside those retried enough, report the first of the others.
 	for k, i := range poison {
 		rec := ev.Records[i]
 		n := p.report(rec.Change.SequenceNumber)
@@ -189,6 +240,11 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 			}}, nil
 		}
 		a := p.aside(rec, poisonErr[k], n)
+		if r, ok := refusedAt[i]; ok {
+			a.Reason, a.ErrorCode = "event refused by EventBridge (non-retryable)", r.code
+			a.Event = &AsideEvent{EventBusName: aws.ToString(r.entry.EventBusName), Source: aws.ToString(r.entry.Source),
+				DetailType: aws.ToString(r.entry.DetailType), Detail: aws.ToString(r.entry.Detail)}
+		}
 		if err := p.SetAside(ctx, a); err != nil {
 			// Not set aside: report it, so it is retried (and set aside then).
 			p.log.Error("could not set aside an undecodable record", "sequenceNumber", a.SequenceNumber, "error", err.Error())
@@ -199,7 +255,7 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 		}
 		p.forget(rec.Change.SequenceNumber)
 		st.setAside++
-		p.log.Error("undecodable stream record set aside", "sequenceNumber", a.SequenceNumber, "keys", a.Keys, "attempts", n)
+		p.log.Error("stream record set aside", "reason", a.Reason, "sequenceNumber", a.SequenceNumber, "keys", a.Keys, "errorCode", a.ErrorCode, "attempts", n)
 	}
 	return ok, nil
 }
@@ -265,6 +321,10 @@ func (p *Publisher) Publish(ctx context.Context, entries []*Entry) (int, error) 
 	}
 	var st stats
 	err := p.publish(ctx, todo, &st)
+	if err == nil && len(st.refused) > 0 {
+		r := st.refused[0]
+		err = fmt.Errorf("%w: %d refused for good (first: %s: %s)", ErrPublishing, len(st.refused), r.code, r.message)
+	}
 	return st.published, err
 }
 
@@ -293,8 +353,9 @@ func (p *Publisher) publish(ctx context.Context, todo []pending, st *stats) erro
 		if n == 0 {
 			n = 1 // a single oversize entry: let PutEvents reject it rather than loop
 		}
-		failed, lastErr := p.putWithRetries(ctx, todo[:n], &st.retried)
-		st.published += n - len(failed)
+		failed, refused, lastErr := p.putWithRetries(ctx, todo[:n], &st.retried)
+		st.refused = append(st.refused, refused...)
+		st.published += n - len(failed) - len(refused)
 		if len(failed) > 0 {
 			st.failed += len(todo) - (n - len(failed))
 			return fmt.Errorf("%w: %d of %d not accepted after %d attempts (last: %v)", ErrPublishing, st.failed, total, p.Attempts, lastErr)
@@ -304,11 +365,13 @@ func (p *Publisher) publish(ctx context.Context, todo []pending, st *stats) erro
 	return nil
 }
 
-// putWithRetries sends one batch and retries only its failed entries with
-// capped exponential backoff and full jitter. It returns what still failed,
-// in record order, and the last failure seen.
-func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried *int) ([]pending, error) {
+// putWithRetries sends one batch and retries only its entries that failed
+// with a retryable code, with capped exponential backoff and full jitter.
+// It returns what still failed, in record order, the entries refused with
+// a non-retryable code (never retried), and the last failure seen.
+func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried *int) ([]pending, []refusal, error) {
 	var last error
+	var refused []refusal
 	for attempt := 0; ; attempt++ {
 		entries := make([]ebtypes.PutEventsRequestEntry, len(batch))
 		for i, b := range batch {
@@ -324,23 +387,31 @@ func (p *Publisher) putWithRetries(ctx context.Context, batch []pending, retried
 			code := ""
 			for i, b := range batch {
 				if i >= len(out.Entries) || out.Entries[i].EventId == nil || out.Entries[i].ErrorCode != nil {
+					c := ""
+					if i < len(out.Entries) {
+						c = aws.ToString(out.Entries[i].ErrorCode)
+					}
+					if !Retryable(c) {
+						refused = append(refused, refusal{pending: b, code: c, message: aws.ToString(out.Entries[i].ErrorMessage)})
+						continue
+					}
 					failed = append(failed, b)
-					if i < len(out.Entries) && code == "" {
-						code = aws.ToString(out.Entries[i].ErrorCode)
+					if code == "" {
+						code = c
 					}
 				}
 			}
 			last = fmt.Errorf("%d entries rejected (%s)", len(failed), code)
-			p.log.Warn("PutEvents partial failure", "failed", len(failed), "entries", len(batch), "attempt", attempt+1, "errorCode", code)
+			p.log.Warn("PutEvents partial failure", "failed", len(failed), "refused", len(refused), "entries", len(batch), "attempt", attempt+1, "errorCode", code)
 		}
 		if len(failed) == 0 || attempt+1 >= p.Attempts {
-			return failed, last
+			return failed, refused, last
 		}
 		batch = failed
 		*retried += len(failed)
 		wait := min(p.Backoff, 50*time.Millisecond<<attempt)
 		if err := p.sleep(ctx, rand.N(wait+1)); err != nil {
-			return batch, err
+			return batch, refused, err
 		}
 	}
 }

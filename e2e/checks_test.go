@@ -1,4 +1,6 @@
-package main
+//go:build e2e
+
+package e2e
 
 import (
 	"bytes"
@@ -10,7 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,17 +26,21 @@ import (
 	"github.com/exactonce/exactonce/e2e/deployed"
 	"github.com/exactonce/exactonce/e2e/iam"
 	"github.com/exactonce/exactonce/e2e/template"
+	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/tenant"
 )
 
-// API callers: two tenants' roles and one in no tenant (the tenant map the
-// e2e template is synthesized with names acme-* and globex-* roles).
-type caller struct{ key, arn string }
+// API callers: sessions of two tenants' roles and of one in no tenant (the
+// tenant map the e2e template is synthesized with names acme-* and globex-*
+// roles). IAM callers arrive as API Gateway gives them, as assumed-role
+// sessions; JWT callers have the role's ARN as their token's sub.
+type caller struct{ key, arn, sub string }
 
 var (
-	acme     = caller{"AKIACALLERACME", "arn:aws:iam::000000000000:role/acme-app"}
-	globex   = caller{"AKIACALLERGLOBEX", "arn:aws:iam::000000000000:role/globex-app"}
-	stranger = caller{"AKIACALLERSTRANGER", "arn:aws:iam::000000000000:role/stranger"}
+	acme     = caller{"AKIACALLERACME", "arn:aws:sts::000000000000:assumed-role/acme-app/e2e", "arn:aws:iam::000000000000:role/acme-app"}
+	globex   = caller{"AKIACALLERGLOBEX", "arn:aws:sts::000000000000:assumed-role/globex-app/e2e", "arn:aws:iam::000000000000:role/globex-app"}
+	stranger = caller{"AKIACALLERSTRANGER", "arn:aws:sts::000000000000:assumed-role/stranger/e2e", "arn:aws:iam::000000000000:role/stranger"}
 )
 
 func callerARNs() map[string]string {
@@ -43,42 +52,78 @@ func callerARNs() map[string]string {
 const eventWait = 30 * time.Second
 
 type suite struct {
-	failFast  bool
+	t         *testing.T
 	d         *deployed.Deployment
 	ctx       context.Context
 	n, failed int
-	run       string // suffix making this run's ids unique
-	tenants   bool
-	jwt       *template.Route // the stack's routes use this JWT authorizer (nil: AWS_IAM)
-	http      *http.Client
+	// declared checks, and those -run let run; steps already run.
+	declared, ran int
+	steps         map[string]error
+	stepFns       map[string]func() error
+	run           string // suffix making this run's ids unique
+	tenants       bool
+	cognito       bool            // tokens are Cognito access tokens (client_id, no aud)
+	jwt           *template.Route // the stack's routes use this JWT authorizer (nil: AWS_IAM)
+	http          *http.Client
 }
 
-func newSuite() *suite {
-	return &suite{run: fmt.Sprint(time.Now().UnixNano() % 1e9), http: &http.Client{Timeout: 30 * time.Second}}
+func newSuite(t *testing.T) *suite {
+	return &suite{t: t, run: fmt.Sprint(time.Now().UnixNano() % 1e9), http: &http.Client{Timeout: 30 * time.Second}, steps: map[string]error{}, stepFns: map[string]func() error{}}
 }
 
-// check runs one check; a failure prints the AWS calls denied during it
-// (the usual cause when the template lost a permission).
+// check runs one check as a subtest; a failure prints "FAIL <name>: <why>"
+// and the AWS calls denied during it (the usual cause when the template
+// lost a permission).
 func (s *suite) check(name string, f func() error) {
-	if s.failFast && s.failed > 0 {
-		return
-	}
-	s.n++
-	var before int
-	if s.d != nil {
-		before = len(s.d.Proxy.Stats().Denied)
-	}
-	if err := f(); err != nil {
-		s.failed++
-		fmt.Printf("FAIL %s: %v\n", name, err)
-		if s.d != nil {
+	s.declared++
+	s.t.Run(name, func(t *testing.T) {
+		s.ran++
+		s.n++
+		before := len(s.d.Proxy.Stats().Denied)
+		if err := f(); err != nil {
+			s.failed++
+			var denied []string
 			for _, d := range s.d.Proxy.Stats().Denied[before:] {
-				fmt.Printf("     denied: %s\n", d)
+				denied = append(denied, "\n     denied: "+d)
 			}
+			fmt.Printf("FAIL %s: %v%s\n", name, err, strings.Join(denied, ""))
+			t.Errorf("%v%s", err, strings.Join(denied, ""))
+			return
 		}
-		return
+		fmt.Printf("ok   %s\n", name)
+	})
+}
+
+// checkStep is a check that is also a step other checks may need (see need).
+func (s *suite) checkStep(name, key string, f func() error) {
+	s.stepFns[key] = f
+	s.check(name, func() error { return s.step(key, f) })
+}
+
+// need runs the steps a check depends on (each once per suite).
+func (s *suite) need(keys ...string) error {
+	for _, k := range keys {
+		f, ok := s.stepFns[k]
+		if !ok {
+			return fmt.Errorf("no step %q", k)
+		}
+		if err := s.step(k, f); err != nil {
+			return fmt.Errorf("step %q: %w", k, err)
+		}
 	}
-	fmt.Printf("ok   %s\n", name)
+	return nil
+}
+
+// step runs f once per suite under key and returns its error ever after:
+// what a check needs done first (an action created, consumed, …), whether
+// the check that does it ran before or -run left it out.
+func (s *suite) step(key string, f func() error) error {
+	if err, ok := s.steps[key]; ok {
+		return err
+	}
+	err := f()
+	s.steps[key] = err
+	return err
 }
 
 type resp struct {
@@ -141,10 +186,15 @@ func (s *suite) token(c *caller) string {
 	if len(s.jwt.Audience) > 0 {
 		aud = s.jwt.Audience[0]
 	}
+	claims := map[string]any{"iss": s.jwt.Issuer, "sub": c.sub, "scope": strings.Join(scopes, " "),
+		"iat": time.Now().Add(-time.Minute).Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+	if s.cognito {
+		claims["client_id"], claims["token_use"] = aud, "access" // a Cognito access token has no aud
+	} else {
+		claims["aud"] = aud
+	}
 	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
-	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." +
-		enc(map[string]any{"iss": s.jwt.Issuer, "aud": aud, "sub": c.arn, "scope": strings.Join(scopes, " "), "exp": time.Now().Add(time.Hour).Unix()}) +
-		".e2e-unsigned"
+	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." + enc(claims) + ".e2e-unsigned"
 }
 
 // expect checks a response's status and, when code is set, its error code.
@@ -222,7 +272,7 @@ func (s *suite) waitEvent(detailType, actionID string) error {
 func (s *suite) runAll() {
 	d := s.d
 	if f := d.Stack.Functions["create"]; f != nil {
-		s.tenants = f.Env[config.EnvTenants] != ""
+		s.tenants = f.Env[config.EnvTenants] != "" || f.Env[config.EnvTenantsParameter] != ""
 	}
 	for i, r := range d.Stack.Routes {
 		if r.AuthorizationType == "JWT" {
@@ -233,7 +283,7 @@ func (s *suite) runAll() {
 	start := time.Now().UTC().Add(-time.Second)
 
 	// --- actions: create, get, consume, cancel and their outcome classes.
-	s.check("POST /actions: 201 created", func() error {
+	s.checkStep("POST /actions: 201 created", "a1", func() error {
 		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("a1"), "userId": "u1", "metadata": map[string]string{"k": "v"}}), 201, "")
 	})
 	s.check("POST /actions: Idempotency-Key replay answers the first response", func() error {
@@ -249,6 +299,9 @@ func (s *suite) runAll() {
 		return expect(s.call(a, "POST", "/actions", map[string]any{"userId": "u2"}, "Idempotency-Key", s.id("ik1")), 422, "idempotency_key_reused")
 	})
 	s.check("POST /actions: 409 action_exists", func() error {
+		if err := s.need("a1"); err != nil {
+			return err
+		}
 		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("a1"), "userId": "u1"}), 409, "action_exists")
 	})
 	s.check("POST /actions: 400 names the field, nothing written", func() error {
@@ -261,7 +314,36 @@ func (s *suite) runAll() {
 		}
 		return expect(s.call(a, "GET", "/actions/"+s.id("bad"), nil), 404, "action_not_found")
 	})
+	s.check("POST /actions: a form-encoded body (curl -d) arrives base64-encoded and is read", func() error {
+		return expect(s.call(a, "POST", "/actions", `{"actionId":"`+s.id("form")+`","userId":"u1"}`, "Content-Type", "application/x-www-form-urlencoded"), 201, "")
+	})
+	s.check("userId: one no URL reaches (/, ?, #, %) is 400 naming userId; spaces and accents are listed through the escaped path", func() error {
+		for _, u := range []string{"team/alice", "who?", "u#1", "100%"} {
+			r := s.call(a, "POST", "/actions", map[string]any{"userId": u})
+			if err := expect(r, 400, "invalid_request"); err != nil {
+				return fmt.Errorf("userId %q: %w", u, err)
+			}
+			if r.str("field") != "userId" {
+				return fmt.Errorf("userId %q: field %q, want userId", u, r.str("field"))
+			}
+		}
+		u := "Zoë Smith " + s.run
+		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("zoe"), "userId": u}), 201, ""); err != nil {
+			return err
+		}
+		r := s.call(a, "GET", "/users/"+url.PathEscape(u)+"/actions", nil)
+		if err := expect(r, 200, ""); err != nil {
+			return err
+		}
+		if !strings.Contains(r.raw, s.id("zoe")) {
+			return fmt.Errorf("the listing of %q lacks %s: %s", u, s.id("zoe"), truncate(r.raw))
+		}
+		return nil
+	})
 	s.check("GET /actions/{actionId}: 200 active, 404 unknown", func() error {
+		if err := s.need("a1"); err != nil {
+			return err
+		}
 		r := s.call(a, "GET", "/actions/"+s.id("a1"), nil)
 		if err := expect(r, 200, ""); err != nil {
 			return err
@@ -271,7 +353,10 @@ func (s *suite) runAll() {
 		}
 		return expect(s.call(a, "GET", "/actions/"+s.id("nope"), nil), 404, "action_not_found")
 	})
-	s.check("POST /actions/{actionId}/consume: 200 consumed, then 409 already_used", func() error {
+	s.checkStep("POST /actions/{actionId}/consume: 200 consumed, then 409 already_used", "a1 consumed", func() error {
+		if err := s.need("a1"); err != nil {
+			return err
+		}
 		r := s.call(a, "POST", "/actions/"+s.id("a1")+"/consume", map[string]any{"reason": "checkout"})
 		if err := expect(r, 200, ""); err != nil {
 			return err
@@ -281,7 +366,7 @@ func (s *suite) runAll() {
 		}
 		return expect(s.call(a, "POST", "/actions/"+s.id("a1")+"/consume", map[string]any{}), 409, "already_used")
 	})
-	s.check("POST /actions/{actionId}/cancel: 200 canceled, consume then 410 canceled", func() error {
+	s.checkStep("POST /actions/{actionId}/cancel: 200 canceled, consume then 410 canceled", "c1 canceled", func() error {
 		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("c1"), "userId": "u1"}), 201, ""); err != nil {
 			return err
 		}
@@ -297,7 +382,7 @@ func (s *suite) runAll() {
 		}
 		return expect(s.call(a, "POST", "/actions/"+s.id("later")+"/consume", map[string]any{}), 409, "not_active")
 	})
-	s.check("PIN: pin_required, invalid_pin, locked; the right PIN consumes", func() error {
+	s.checkStep("PIN: pin_required, invalid_pin, locked; the right PIN consumes", "pin", func() error {
 		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("pin"), "userId": "u1", "pin": "482913", "maxPinAttempts": 2}), 201, ""); err != nil {
 			return err
 		}
@@ -348,6 +433,14 @@ func (s *suite) runAll() {
 			s.jwt = &good
 			return expect(r, 401, "")
 		})
+		s.check("auth: a Cognito access token (client_id, no aud) is accepted, its tenant from sub", func() error {
+			s.cognito = true
+			defer func() { s.cognito = false }()
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("cognito"), "userId": "u1"}), 201, ""); err != nil {
+				return err
+			}
+			return expect(s.call(&globex, "GET", "/actions/"+s.id("cognito"), nil), 404, "action_not_found")
+		})
 	} else {
 		s.check("auth: an unsigned request is 403 at the gateway", func() error {
 			return expect(s.call(nil, "GET", "/actions/"+s.id("a1"), nil), 403, "")
@@ -355,6 +448,9 @@ func (s *suite) runAll() {
 	}
 	if s.tenants {
 		s.check("tenants: another tenant's action is 404, a caller in no tenant 403", func() error {
+			if err := s.need("a1"); err != nil {
+				return err
+			}
 			if err := expect(s.call(&globex, "GET", "/actions/"+s.id("a1"), nil), 404, "action_not_found"); err != nil {
 				return err
 			}
@@ -367,6 +463,9 @@ func (s *suite) runAll() {
 
 	// --- users: list, supersede, cancel-all.
 	s.check("GET /users/{userId}/actions lists the user's actions", func() error {
+		if err := s.need("a1"); err != nil {
+			return err
+		}
 		r := s.call(a, "GET", "/users/u1/actions", nil)
 		if err := expect(r, 200, ""); err != nil {
 			return err
@@ -376,7 +475,7 @@ func (s *suite) runAll() {
 		}
 		return nil
 	})
-	s.check("POST /actions with supersede cancels the user's active action of the kind", func() error {
+	s.checkStep("POST /actions with supersede cancels the user's active action of the kind", "supersede", func() error {
 		if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": s.id("link1"), "userId": "u4", "kind": "login"}), 201, ""); err != nil {
 			return err
 		}
@@ -389,7 +488,10 @@ func (s *suite) runAll() {
 		}
 		return nil
 	})
-	s.check("POST /users/{userId}/actions/cancel cancels the user's active actions", func() error {
+	s.checkStep("POST /users/{userId}/actions/cancel cancels the user's active actions", "cancel-all", func() error {
+		if err := s.need("supersede"); err != nil {
+			return err
+		}
 		r := s.call(a, "POST", "/users/u4/actions/cancel", map[string]any{"reason": "logout"})
 		if err := expect(r, 200, ""); err != nil {
 			return err
@@ -401,7 +503,7 @@ func (s *suite) runAll() {
 	})
 
 	// --- keys: claim, complete, replay, release, get.
-	s.check("keys: claim 201, in_progress, complete, replay, get", func() error {
+	s.checkStep("keys: claim 201, in_progress, complete, replay, get", "keys", func() error {
 		k := "/keys/" + s.id("job1")
 		r := s.call(a, "POST", k+"/claim", map[string]any{"fingerprint": "f1"})
 		if err := expect(r, 201, ""); err != nil {
@@ -444,7 +546,7 @@ func (s *suite) runAll() {
 
 	// --- multi-use actions: takes by useId, releases, the uses listing.
 	seats, coupon := s.id("seats"), s.id("coupon")
-	s.check("multi-use: create with maxUses and releasable answers the counts", func() error {
+	s.checkStep("multi-use: create with maxUses and releasable answers the counts", "seats", func() error {
 		r := s.call(a, "POST", "/actions", map[string]any{"actionId": seats, "userId": "u8", "kind": "licence", "maxUses": 2, "releasable": true, "payload": map[string]any{"key": "LIC-E2E"}})
 		if err := expect(r, 201, ""); err != nil {
 			return err
@@ -455,7 +557,10 @@ func (s *suite) runAll() {
 		return expect(s.call(a, "POST", "/actions", map[string]any{"actionId": coupon, "userId": "u8", "maxUses": 2}), 201, "")
 	})
 	var laptopAt string
-	s.check("multi-use: takes by useId, a repeat answers its first 200, then 409 no_uses_left", func() error {
+	s.checkStep("multi-use: takes by useId, a repeat answers its first 200, then 409 no_uses_left", "takes", func() error {
+		if err := s.need("seats"); err != nil {
+			return err
+		}
 		p := "/actions/" + seats + "/consume"
 		if err := expect(s.call(a, "POST", p, map[string]any{}), 400, "invalid_request"); err != nil {
 			return fmt.Errorf("consume without useId: %w", err)
@@ -483,7 +588,10 @@ func (s *suite) runAll() {
 		}
 		return nil
 	})
-	s.check("multi-use: release 200, a repeat the same; the freed use is taken", func() error {
+	s.checkStep("multi-use: release 200, a repeat the same; the freed use is taken", "release", func() error {
+		if err := s.need("takes"); err != nil {
+			return err
+		}
 		p := "/actions/" + seats + "/uses/phone/release"
 		r1 := s.call(a, "POST", p, nil)
 		if err := expect(r1, 200, ""); err != nil {
@@ -505,6 +613,9 @@ func (s *suite) runAll() {
 		return nil
 	})
 	s.check("multi-use: release of a useId holding no use 404 use_not_found, of a non-releasable action 409 not_releasable", func() error {
+		if err := s.need("seats"); err != nil {
+			return err
+		}
 		if err := expect(s.call(a, "POST", "/actions/"+seats+"/uses/nobody/release", nil), 404, "use_not_found"); err != nil {
 			return err
 		}
@@ -514,6 +625,9 @@ func (s *suite) runAll() {
 		return expect(s.call(a, "POST", "/actions/"+coupon+"/uses/cust1/release", nil), 409, "not_releasable")
 	})
 	s.check("GET /actions/{actionId}/uses lists the held uses, 404 for an unknown action", func() error {
+		if err := s.need("release"); err != nil {
+			return err
+		}
 		r := s.call(a, "GET", "/actions/"+seats+"/uses", nil)
 		if err := expect(r, 200, ""); err != nil {
 			return err
@@ -535,6 +649,9 @@ func (s *suite) runAll() {
 	})
 	if s.tenants {
 		s.check("multi-use: another tenant's take, release and listing are 404", func() error {
+			if err := s.need("release"); err != nil {
+				return err
+			}
 			g := &globex
 			if err := expect(s.call(g, "POST", "/actions/"+seats+"/consume", map[string]any{"useId": "intruder"}), 404, "action_not_found"); err != nil {
 				return fmt.Errorf("consume: %w", err)
@@ -561,7 +678,7 @@ func (s *suite) runAll() {
 			}
 		}
 	}
-	s.check("sweeper: its schedule rule runs it; a due action becomes expired (410)", func() error {
+	s.checkStep("sweeper: its schedule rule runs it; a due action becomes expired (410)", "expired", func() error {
 		if sweep == nil {
 			return fmt.Errorf("no schedule rule targets the sweeper")
 		}
@@ -583,6 +700,9 @@ func (s *suite) runAll() {
 
 	// --- events of every transition, through the stream mapping, on the bus.
 	s.check("events: consumed, canceled (cancel, supersede, cancel-all), expired published", func() error {
+		if err := s.need("a1 consumed", "pin", "c1 canceled", "cancel-all", "expired"); err != nil {
+			return err
+		}
 		for _, c := range []struct{ typ, id string }{
 			{"action.consumed", s.id("a1")}, {"action.consumed", s.id("pin2")}, {"action.canceled", s.id("c1")},
 			{"action.canceled", s.id("link1")}, {"action.canceled", s.id("link2")}, {"action.expired", s.id("exp")},
@@ -602,6 +722,9 @@ func (s *suite) runAll() {
 		return nil
 	})
 	s.check("events: action.used per take, action.use_released per release, never action.consumed", func() error {
+		if err := s.need("release"); err != nil {
+			return err
+		}
 		for _, c := range []struct{ typ, use string }{
 			{"action.used", "laptop"}, {"action.used", "phone"}, {"action.used", "desktop"}, {"action.use_released", "phone"},
 		} {
@@ -626,6 +749,9 @@ func (s *suite) runAll() {
 		return nil
 	})
 	s.check("events: key items never reach the publisher (the mapping's filter)", func() error {
+		if err := s.need("keys"); err != nil {
+			return err
+		}
 		for _, ev := range s.d.Bus.Events() {
 			if strings.Contains(string(ev.Detail), s.id("job1")) {
 				return fmt.Errorf("an event for a key item: %s", ev.Detail)
@@ -698,11 +824,92 @@ func (s *suite) runAll() {
 		})
 	})
 
+	// --- TTL: DynamoDB's deletion of an unfinished action (its stream
+	// record's userIdentity is the DynamoDB service) is its expiry; anyone
+	// else's delete is not.
+	s.check("TTL deletion: its REMOVE record (userIdentity dynamodb.amazonaws.com) publishes action.expired; another delete nothing", func() error {
+		table := s.d.Stack.Functions["create"].Env["TABLE_NAME"]
+		byTTL, byUser := s.id("ttl"), s.id("deleted")
+		for _, id := range []string{byUser, byTTL} {
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u10"}), 201, ""); err != nil {
+				return err
+			}
+		}
+		t := tenant.Default
+		if s.tenants {
+			t = "acme"
+		}
+		out, err := s.d.DB.DeleteItem(s.ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), ReturnValues: types.ReturnValueAllOld,
+			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: tenant.ItemKey(t, byUser)}}})
+		if err != nil {
+			return err
+		}
+		if len(out.Attributes) == 0 {
+			return fmt.Errorf("no item %s in %s to delete", tenant.ItemKey(t, byUser), table)
+		}
+		if err := s.d.ExpireByTTL(s.ctx, table, tenant.ItemKey(t, byTTL)); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.expired", byTTL); err != nil {
+			return fmt.Errorf("%w\n    publisher output: %s", err, tail(s.d.Output("publisher"), 1500))
+		}
+		// The user's delete came first in the stream: it is handled by now.
+		if ev, _ := s.event("action.expired", byUser); ev != nil {
+			return fmt.Errorf("a DeleteItem that is not TTL's published action.expired for %s", byUser)
+		}
+		return nil
+	})
+
+	// --- EventBridge refusing single entries: a non-retryable code sets the
+	// record aside within minutes, with the event and the error; a
+	// retryable one is retried until accepted.
+	s.check("refused event: a non-retryable entry error sets its record aside with the event and error; a retryable one is retried", func() error {
+		if pub == nil {
+			return fmt.Errorf("the template has no publisher")
+		}
+		q := queueOf(s.d, pub.Env["ON_FAILURE_QUEUE_URL"])
+		before := len(s.d.Fake.Messages(q))
+		bad, slow := s.id("refused"), s.id("throttled")
+		s.d.BusFault.FailEntries(faults.EntryFault{Match: bad, Code: "MalformedDetail"})
+		s.d.BusFault.FailEntries(faults.EntryFault{Match: slow, Code: "ThrottlingException", Times: 2})
+		defer s.d.BusFault.ClearEntryFaults()
+		for _, id := range []string{bad, slow} {
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u9"}), 201, ""); err != nil {
+				return err
+			}
+			if err := expect(s.call(a, "POST", "/actions/"+id+"/consume", map[string]any{}), 200, ""); err != nil {
+				return err
+			}
+		}
+		consumed := time.Now()
+		if err := s.waitEvent("action.consumed", slow); err != nil {
+			return fmt.Errorf("the throttled entry was not retried until accepted: %w", err)
+		}
+		var took time.Duration
+		err := s.eventually(3*time.Minute, func() error {
+			for _, m := range s.d.Fake.Messages(q)[before:] {
+				if strings.Contains(m, bad) && strings.Contains(m, `"errorCode":"MalformedDetail"`) && strings.Contains(m, `"detailType":"action.consumed"`) {
+					took = time.Since(consumed)
+					return nil
+				}
+			}
+			return fmt.Errorf("no message with the refused event of %s and its error on %s", bad, q)
+		})
+		if err != nil {
+			return err
+		}
+		if ev, _ := s.event("action.consumed", bad); ev != nil {
+			return fmt.Errorf("the refused event reached the bus")
+		}
+		fmt.Printf("     (refused event set aside %s after its consume)\n", took.Round(100*time.Millisecond))
+		return nil
+	})
+
 	// --- the mapping's on-failure destination: EventBridge down longer than
 	// the (scaled) record age: the batch is set aside there; republish
 	// brings its event back.
 	for _, m := range s.d.Stack.Mappings {
-		s.check("mapping "+m.LogicalID+": records past MaximumRecordAge go to its on-failure destination", func() error {
+		s.checkStep("mapping "+m.LogicalID+": records past MaximumRecordAge go to its on-failure destination", "outage", func() error {
 			if m.OnFailure == "" {
 				return fmt.Errorf("the mapping has no on-failure destination (DestinationConfig.OnFailure): records it gives up on are lost")
 			}
@@ -753,6 +960,9 @@ func (s *suite) runAll() {
 	}
 	if s.d.Stack.Functions["republish"] != nil {
 		s.check("republish: a window's events published again with the same ids (the set-aside one too)", func() error {
+			if err := s.need("a1 consumed", "outage"); err != nil {
+				return err
+			}
 			in, _ := json.Marshal(map[string]any{"from": start.Format(time.RFC3339)})
 			out, err := s.d.Invoke(s.ctx, "republish", in)
 			if err != nil {
@@ -796,7 +1006,34 @@ func (s *suite) runAll() {
 		})
 	}
 
-	// --- every route of the template called by some check above.
+	// --- tracing: a function with active tracing runs a build that sends
+	// its segments (the xray build tag) to the X-Ray daemon Lambda runs.
+	var traced []string
+	for name, f := range s.d.Stack.Functions {
+		if f.Tracing {
+			traced = append(traced, name)
+		}
+	}
+	sort.Strings(traced)
+	if len(traced) > 0 {
+		s.check("tracing: every function with active tracing sends X-Ray segments (a build with the xray tag)", func() error {
+			var silent []string
+			for _, name := range traced {
+				if s.d.TraceSegments(name) == 0 {
+					silent = append(silent, name)
+				}
+			}
+			if len(silent) > 0 {
+				return fmt.Errorf("TracingConfig Active, but %s sent no segment to the X-Ray daemon: code built without the xray tag records no AWS call", strings.Join(silent, ", "))
+			}
+			return nil
+		})
+	}
+}
+
+// routesCalled checks that every route of the template was called by some
+// check (a new route needs a check in this file).
+func (s *suite) routesCalled() {
 	s.check("routes: every route of the template was called", func() error {
 		hits := s.d.RouteHits()
 		var missing []string
@@ -806,7 +1043,7 @@ func (s *suite) runAll() {
 			}
 		}
 		if len(missing) > 0 {
-			return fmt.Errorf("no check called %s (add one in e2e/checks.go)", strings.Join(missing, ", "))
+			return fmt.Errorf("no check called %s (add one in e2e/checks_test.go)", strings.Join(missing, ", "))
 		}
 		return nil
 	})
