@@ -22,8 +22,13 @@ RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
 
 CDK := .tools/node_modules/.bin/cdk
 # golangci-lint, pinned as a Go tool of its own module (tools/go.mod), so the
-# product's go.mod stays lean; the Go proxy is all a fresh machine needs.
-GOLANGCI_LINT := go tool -modfile=tools/go.mod golangci-lint
+# product's go.mod stays lean; the Go proxy is all a fresh machine needs. It
+# runs in each module with the one configuration at the root.
+GOLANGCI_LINT := go tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
+# The libraries a team imports are Go modules of their own, each in its
+# folder (docs/contributing.md, "Modules, versions and tags"): ./... in the
+# root leaves them out, so vet, lint and test run in each of them too.
+LIBRARIES := client idempotency events
 
 .PHONY: help tools qemu run lint test e2e bench build fuzz synth diff deploy destroy clean
 
@@ -52,15 +57,18 @@ run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local inc
 	@go build -o bin/exactonce-local ./local
 	bin/exactonce-local
 
-lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
+lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml, in the service's module and each library's
 	$(GOLANGCI_LINT) run ./...
+	for m in $(LIBRARIES); do (cd $$m && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 test: $(TOOLS) ## run every test (vet and lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
 	go vet ./...
+	for m in $(LIBRARIES); do (cd $$m && go vet ./...) || exit 1; done
 	$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
 	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+	for m in $(LIBRARIES); do (cd $$m && go test -race $(GOTEST_FLAGS) ./...) || exit 1; done
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 	go test $(GOTEST_FLAGS) ./infra/...
 	$(MAKE) e2e
@@ -77,7 +85,7 @@ E2E_OUT := cdk.out.e2e
 E2E_TEMPLATE := $(E2E_OUT)/ExactOnce.template.json
 E2E_CONTEXT := -c exactonce:exampleSubscriber=true \
   -c 'exactonce:tenants={"acme":["arn:aws:iam::000000000000:role/acme-*"],"globex":["arn:aws:iam::000000000000:role/globex-*"]}'
-E2E_SOURCES := $(shell find infra functions shared events idempotency internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum cdk.json
+E2E_SOURCES := $(shell find infra functions shared client events idempotency internal -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard go.mod go.sum */go.mod */go.sum) cdk.json
 
 $(E2E_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -o $(E2E_OUT)

@@ -8,6 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
+	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.7
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/aws-sdk-go-v2/service/dynamodbstreams v1.46.6
 	github.com/aws/aws-sdk-go-v2/service/eventbridge v1.55.9
@@ -19,16 +20,15 @@ require (
 	github.com/aws/jsii-runtime-go v1.139.0
 	github.com/aws/smithy-go v1.28.8
 	github.com/cdklabs/cdk-nag-go/cdknag/v2 v2.38.2
+	github.com/exactonce/exactonce/client v0.1.0
+	github.com/exactonce/exactonce/events v0.1.0
+	github.com/exactonce/exactonce/idempotency v0.1.0
 	github.com/go-json-experiment/json v1.27.2
-	github.com/jmespath-community/go-jmespath v1.1.1
 	github.com/pb33f/libopenapi v0.41.8
 	github.com/pb33f/libopenapi-validator v0.16.2
 )
 
-require (
-	github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.19 // indirect
-	github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression v1.10.7 // indirect
-)
+require github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.19 // indirect
 
 require (
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
@@ -53,6 +53,7 @@ require (
 	github.com/cdklabs/cloud-assembly-schema-go/awscdkcloudassemblyschema/v54 v54.11.0 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.2 // indirect
+	github.com/jmespath-community/go-jmespath v1.1.1 // indirect
 	github.com/jmespath/go-jmespath v0.4.0 // indirect
 	github.com/klauspost/compress v1.17.6 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
@@ -83,3 +84,12 @@ require (
 )
 
 replace quamina.net/go/quamina v1.5.1 => github.com/timbray/quamina v1.5.1
+
+// The libraries are modules of their own in this repository; the service
+// builds with them as they are here (docs/contributing.md, "Modules,
+// versions and tags").
+replace (
+	github.com/exactonce/exactonce/client => ./client
+	github.com/exactonce/exactonce/events => ./events
+	github.com/exactonce/exactonce/idempotency => ./idempotency
+)

@@ -24,7 +24,7 @@ type TokenFunc func(ctx context.Context) (token string, expiry time.Time, err er
 // ErrUnauthorized is API Gateway's 401: the request had no credentials its
 // authorizer takes (with WithBearerToken: the token was refused again after
 // the one refresh the client makes).
-var ErrUnauthorized error = &sentinel{[]string{"http_401"}}
+var ErrUnauthorized = is("http_401") // the gateway's own answer (see decodeError), no API code
 
 // WithBearerToken authorizes every request with "Authorization: Bearer
 // <token>" for an API deployed with JWT authorization (exactonce:auth=jwt),

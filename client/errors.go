@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/exactonce/exactonce/client/codes"
+	"github.com/exactonce/exactonce/idempotency"
 )
 
 // Error is an answer other than success: the API's error code and message
@@ -42,42 +45,45 @@ func (e *Error) Is(target error) bool {
 }
 
 // sentinel is an error code to match with errors.Is.
-type sentinel struct{ codes []string }
+type sentinel struct{ codes []codes.Code }
 
-func (s *sentinel) Error() string { return "exactonce: " + s.codes[0] }
+func is(c ...codes.Code) error { return &sentinel{c} }
+
+func (s *sentinel) Error() string { return "exactonce: " + string(s.codes[0]) }
 
 func (s *sentinel) matches(code string) bool {
 	for _, c := range s.codes {
-		if c == code {
+		if string(c) == code {
 			return true
 		}
 	}
 	return false
 }
 
-// Sentinels for errors.Is, one per error code of the API.
+// Sentinels for errors.Is, one per error code of the API (declared in
+// client/codes, and for idempotency keys in package idempotency).
 var (
-	ErrInvalidRequest      error = &sentinel{[]string{"invalid_request"}}
-	ErrTooLarge            error = &sentinel{[]string{"request_too_large"}}
-	ErrNotFound            error = &sentinel{[]string{"action_not_found", "key_not_found"}}
-	ErrExists              error = &sentinel{[]string{"action_exists"}}
-	ErrAlreadyUsed         error = &sentinel{[]string{"already_used"}}
-	ErrCanceled            error = &sentinel{[]string{"canceled"}}
-	ErrExpired             error = &sentinel{[]string{"expired"}}
-	ErrNotActive           error = &sentinel{[]string{"not_active"}}
-	ErrInvalidPIN          error = &sentinel{[]string{"invalid_pin"}}
-	ErrPINRequired         error = &sentinel{[]string{"pin_required"}}
-	ErrLocked              error = &sentinel{[]string{"locked"}}
-	ErrKeyReused           error = &sentinel{[]string{"idempotency_key_reused"}}
-	ErrFingerprintMismatch error = &sentinel{[]string{"fingerprint_mismatch"}}
-	ErrInProgress          error = &sentinel{[]string{"in_progress"}}
-	ErrLeaseLost           error = &sentinel{[]string{"lease_lost"}}
-	ErrKeyCompleted        error = &sentinel{[]string{"key_completed"}}
-	ErrForbidden           error = &sentinel{[]string{"forbidden"}}
-	ErrUnavailable         error = &sentinel{[]string{"unavailable"}}
-	ErrNoUsesLeft          error = &sentinel{[]string{"no_uses_left"}}
-	ErrUseNotFound         error = &sentinel{[]string{"use_not_found"}}
-	ErrNotReleasable       error = &sentinel{[]string{"not_releasable"}}
+	ErrInvalidRequest      = is(codes.InvalidRequest)
+	ErrTooLarge            = is(codes.TooLarge)
+	ErrNotFound            = is(codes.ActionNotFound, codes.Code(idempotency.CodeNotFound))
+	ErrExists              = is(codes.ActionExists)
+	ErrAlreadyUsed         = is(codes.AlreadyUsed)
+	ErrCanceled            = is(codes.Canceled)
+	ErrExpired             = is(codes.Expired)
+	ErrNotActive           = is(codes.NotActive)
+	ErrInvalidPIN          = is(codes.InvalidPIN)
+	ErrPINRequired         = is(codes.PINRequired)
+	ErrLocked              = is(codes.Locked)
+	ErrKeyReused           = is(codes.KeyReused)
+	ErrFingerprintMismatch = is(codes.Code(idempotency.CodeFingerprintMismatch))
+	ErrInProgress          = is(codes.Code(idempotency.CodeInProgress))
+	ErrLeaseLost           = is(codes.Code(idempotency.CodeLeaseLost))
+	ErrKeyCompleted        = is(codes.Code(idempotency.CodeCompleted))
+	ErrForbidden           = is(codes.Forbidden)
+	ErrUnavailable         = is(codes.Unavailable)
+	ErrNoUsesLeft          = is(codes.NoUsesLeft)
+	ErrUseNotFound         = is(codes.UseNotFound)
+	ErrNotReleasable       = is(codes.NotReleasable)
 )
 
 // networkError is a request that got no answer (its effect is unknown).

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/exactonce/exactonce/idempotency"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // KeyStore keeps idempotency keys in the hosted ExactOnce keys API: the
@@ -26,23 +25,23 @@ var _ idempotency.Persistence = (*KeyStore)(nil)
 // Claim claims key (POST /keys/{key}/claim). The service mints the token;
 // the lease is whole seconds from 1 to 3600.
 func (s *KeyStore) Claim(ctx context.Context, key string, cl idempotency.Claim) (*idempotency.Record, error) {
-	lease := min(max(cl.Lease, time.Second), idemkey.MaxLeaseSeconds*time.Second)
+	lease := min(max(cl.Lease, time.Second), idempotency.MaxHostedLease)
 	k, err := s.c.Claim(ctx, key, cl.Fingerprint, lease)
 	var e *Error
 	switch {
-	case errors.As(err, &e) && e.Code == string(idemkey.CodeInProgress):
+	case errors.As(err, &e) && e.Code == string(idempotency.CodeInProgress):
 		until := cl.Now.Add(max(e.RetryAfter, time.Second))
 		if e.LeaseExpiresAt != nil {
 			until = *e.LeaseExpiresAt
 		}
-		return nil, &refusal{&idemkey.Rejection{Code: idemkey.CodeInProgress, Key: &idemkey.Key{Name: key, LeaseExpiresAt: until}}, err}
-	case errors.As(err, &e) && e.Code == string(idemkey.CodeFingerprintMismatch):
-		return nil, &refusal{&idemkey.Rejection{Code: idemkey.CodeFingerprintMismatch}, err}
+		return nil, &refusal{&idempotency.Rejection{Code: idempotency.CodeInProgress, Key: &idempotency.Record{Name: key, LeaseExpiresAt: until}}, err}
+	case errors.As(err, &e) && e.Code == string(idempotency.CodeFingerprintMismatch):
+		return nil, &refusal{&idempotency.Rejection{Code: idempotency.CodeFingerprintMismatch}, err}
 	case err != nil:
 		return nil, err
-	case k.State == string(idemkey.StateCompleted):
+	case k.State == string(idempotency.StateCompleted):
 		// The service compared the fingerprint before answering.
-		return nil, &idemkey.Replay{Key: record(k, cl.Fingerprint)}
+		return nil, &idempotency.Replay{Key: record(k, cl.Fingerprint)}
 	}
 	return record(k, cl.Fingerprint), nil
 }
@@ -66,17 +65,17 @@ func (s *KeyStore) Release(ctx context.Context, key, token, reason string, _ tim
 }
 
 // MaxResponseBytes is the largest response the hosted keys store
-// (idemkey.MaxResponseBytes); the library holds a key whose response is
+// (idempotency.MaxHostedResponseBytes); the library holds a key whose response is
 // larger rather than release it.
-func (s *KeyStore) MaxResponseBytes() int { return idemkey.MaxResponseBytes }
+func (s *KeyStore) MaxResponseBytes() int { return idempotency.MaxHostedResponseBytes }
 
 // rejection adds the domain's refusal to a holder's refused call.
 func rejection(err error) error {
 	var e *Error
 	if errors.As(err, &e) {
-		switch c := idemkey.Code(e.Code); c {
-		case idemkey.CodeLeaseLost, idemkey.CodeCompleted, idemkey.CodeNotFound:
-			return &refusal{&idemkey.Rejection{Code: c}, err}
+		switch c := idempotency.Code(e.Code); c {
+		case idempotency.CodeLeaseLost, idempotency.CodeCompleted, idempotency.CodeNotFound:
+			return &refusal{&idempotency.Rejection{Code: c}, err}
 		}
 	}
 	return err
@@ -86,7 +85,7 @@ func rejection(err error) error {
 // understands: errors.Is and errors.As find both, and its text is the API's
 // alone, on one line (errors.Join would put a line break in what is logged).
 type refusal struct {
-	domain *idemkey.Rejection
+	domain *idempotency.Rejection
 	api    error
 }
 
@@ -108,5 +107,5 @@ func record(k *Key, fingerprint string) *idempotency.Record {
 }
 
 // cleanReason fits a release reason to the API: printable, at most
-// idemkey.MaxErrorLen characters.
-func cleanReason(s string) string { return idemkey.FitError(s) }
+// idempotency.MaxErrorLen characters.
+func cleanReason(s string) string { return idempotency.FitError(s) }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/batch"
-	"github.com/exactonce/exactonce/internal/testkit"
 )
 
 // TestBatches: every record under its own key; failures reported the way
@@ -19,7 +18,7 @@ import (
 // failure's sequence number, nothing after it run); records handled before
 // replay on redelivery.
 func TestBatches(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	ctx := context.Background()
 	var ran []string
 	fail := map[string]bool{}

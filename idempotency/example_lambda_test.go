@@ -39,8 +39,8 @@ func Example_lambdaFunction() {
 	}
 	handler := idempotency.Wrap(charge, idempotency.Options[Order, Receipt]{
 		Store:   dynamostore.New(db, table),
-		Key:     idempotency.KeyPath[Order]("orderId"),
-		Payload: idempotency.PayloadPaths[Order]("orderId", "amount"),
+		Key:     idempotency.KeyJMESPath[Order]("orderId"),
+		Payload: idempotency.PayloadJMESPath[Order]("[orderId, amount]"),
 	})
 	lambda.Start(handler)
 }

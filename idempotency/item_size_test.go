@@ -10,9 +10,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
-	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // TestLongFailureReasonKeepsResponseStorable: a release stores the failure's
@@ -22,7 +19,7 @@ import (
 // completed nor held, and the retry after the lease ran the effect again.
 // Whatever the reason, the accepted response is stored and replayed.
 func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	clk := newClock()
 	ctx := context.Background()
 	call := idempotency.Call{
@@ -58,10 +55,10 @@ func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
 // TestLongFingerprintRefusedBeforeEffect: a claim stores the call's
 // fingerprint, so an unbounded one (100 KB) left too little room for a
 // 300 KB response: the effect ran, the complete was refused and the retry
-// after the lease ran it again. A fingerprint over idemkey's limit is
+// after the lease ran it again. A fingerprint over the library's limit is
 // refused before the claim: the effect never runs and nothing is written.
 func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	clk := newClock()
 	call := idempotency.Call{Key: "charge-2", Fingerprint: strings.Repeat("f", 100<<10), Lease: time.Second, Now: clk.Now}
 	effects := 0
@@ -103,11 +100,11 @@ func TestLargestKeyItemFits(t *testing.T) {
 	table := &dynamostore.Table{DB: localDynamoDB(), Name: name, PartitionKey: pk, Prefix: prefix}
 	key := strings.Repeat("k", 2048-len(prefix))
 	now := time.Now()
-	claim := idemkey.Claim{
-		Now: now, Fingerprint: wide(idemkey.MaxFingerprintLen), Lease: time.Minute,
-		Write: action.Write{Key: wide(idemkey.MaxFingerprintLen), Fingerprint: wide(idemkey.MaxFingerprintLen), RequestID: wide(idemkey.MaxFingerprintLen)},
+	claim := idempotency.Claim{
+		Now: now, Fingerprint: wide(idempotency.MaxFingerprintLen), Lease: time.Minute,
+		Request: idempotency.Request{Key: wide(idempotency.MaxFingerprintLen), Fingerprint: wide(idempotency.MaxFingerprintLen), RequestID: wide(idempotency.MaxFingerprintLen)},
 	}
-	claim.Token = idemkey.NewToken()
+	claim.Token = idempotency.NewToken()
 	if _, err := table.Claim(ctx, key, claim); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -115,10 +112,10 @@ func TestLargestKeyItemFits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("release with a 400 KB reason: %v", err)
 	}
-	if utf8.RuneCountInString(k.LastError) != idemkey.MaxErrorLen || !strings.HasPrefix(k.LastError, "declined 𝄞") {
-		t.Fatalf("release: a last error of %d characters %.20q, want %d", utf8.RuneCountInString(k.LastError), k.LastError, idemkey.MaxErrorLen)
+	if utf8.RuneCountInString(k.LastError) != idempotency.MaxErrorLen || !strings.HasPrefix(k.LastError, "declined 𝄞") {
+		t.Fatalf("release: a last error of %d characters %.20q, want %d", utf8.RuneCountInString(k.LastError), k.LastError, idempotency.MaxErrorLen)
 	}
-	claim.Token, claim.Now = idemkey.NewToken(), now.Add(time.Second)
+	claim.Token, claim.Now = idempotency.NewToken(), now.Add(time.Second)
 	if _, err := table.Claim(ctx, key, claim); err != nil {
 		t.Fatalf("claim again: %v", err)
 	}
@@ -132,15 +129,15 @@ func TestLargestKeyItemFits(t *testing.T) {
 
 	for _, c := range []struct {
 		field string
-		edit  func(*idemkey.Claim)
+		edit  func(*idempotency.Claim)
 	}{
-		{"fingerprint", func(c *idemkey.Claim) { c.Fingerprint = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claimKey", func(c *idemkey.Claim) { c.Write.Key = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claimFingerprint", func(c *idemkey.Claim) { c.Write.Fingerprint = wide(idemkey.MaxFingerprintLen + 1) }},
-		{"claimRequestId", func(c *idemkey.Claim) { c.Write.RequestID = wide(idemkey.MaxFingerprintLen + 1) }},
+		{"fingerprint", func(c *idempotency.Claim) { c.Fingerprint = wide(idempotency.MaxFingerprintLen + 1) }},
+		{"claimKey", func(c *idempotency.Claim) { c.Request.Key = wide(idempotency.MaxFingerprintLen + 1) }},
+		{"claimFingerprint", func(c *idempotency.Claim) { c.Request.Fingerprint = wide(idempotency.MaxFingerprintLen + 1) }},
+		{"claimRequestId", func(c *idempotency.Claim) { c.Request.RequestID = wide(idempotency.MaxFingerprintLen + 1) }},
 	} {
 		over := claim
-		over.Token = idemkey.NewToken()
+		over.Token = idempotency.NewToken()
 		c.edit(&over)
 		if _, err := table.Claim(ctx, "over-"+c.field, over); err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("a claim with a %s over the limit: %v, want an error naming it", c.field, err)

@@ -135,3 +135,83 @@ var oneString = []jmespath.ArgSpec{{Types: []jmespath.JpType{jmespath.JpString}}
 
 // maxDecompressed bounds powertools_base64_gzip: Lambda's largest payload.
 const maxDecompressed = 6 << 20
+
+// keyText is the key a value found in the input makes: "" when it is
+// missing, a string as it is, anything else its JSON text (compact, object
+// members sorted, numbers as written).
+func keyText(v any) (string, error) {
+	if MissingKey(v) {
+		return "", nil
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// MissingKey reports whether a value found where the key should be counts
+// as no key: null, "", or an array or object whose every element is
+// missing (so an empty one, one of nulls, or a multi-select of absent
+// fields). Powertools counts null, "", empty arrays and objects and arrays of
+// nulls; nested ones here too, so keyless events never share one key such
+// as ["",null]. 0 and false are keys.
+func MissingKey(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case map[string]any:
+		for _, e := range x {
+			if !MissingKey(e) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !MissingKey(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// mapNumbers replaces, in place, every number of a decoded JSON value by
+// f's answer for it.
+func mapNumbers(v any, f func(json.Number) any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return f(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = mapNumbers(e, f)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = mapNumbers(e, f)
+		}
+	}
+	return v
+}
+
+// jsonValue is in as its JSON reads: maps, slices, strings, json.Number,
+// bools and nil.
+func jsonValue(in any) (any, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	return decode(b)
+}
+
+func decode(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // numbers keep their text, so keys and fingerprints do not round
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}

@@ -22,8 +22,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/exactonce/exactonce/idempotency"
-	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 type apigw = events.APIGatewayV2HTTPRequest
@@ -40,8 +38,8 @@ func event(key, body string) apigw {
 
 // record reads a stored key.
 func record(t *testing.T, table interface {
-	Get(context.Context, string, time.Time) (*idemkey.Key, error)
-}, name string, now time.Time) *idemkey.Key {
+	Get(context.Context, string, time.Time) (*idempotency.Record, error)
+}, name string, now time.Time) *idempotency.Record {
 	t.Helper()
 	k, err := table.Get(context.Background(), name, now)
 	if err != nil {
@@ -60,7 +58,7 @@ func record(t *testing.T, table interface {
 // defaults of typescript IdempotencyConfig "initializes the config with
 // default values" (a deliberate difference: 24 h retention, Powertools 1 h).
 func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (*receipt, error) {
 		runs.Add(1)
@@ -101,7 +99,7 @@ func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
 // test_in_progress_never_saved_to_cache: an in-progress answer is not
 // cached, so the completed response is replayed afterwards.
 func TestPowertoolsInProgress(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
 	cache := idempotency.NewCache(10, time.Minute)
@@ -139,7 +137,7 @@ func TestPowertoolsInProgress(t *testing.T) {
 // an expired idempotency record and processes the next request": after the
 // record's retention the key runs again, with a fresh record.
 func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	table.Retention = 5 * time.Second
 	clk := newClock()
 	var runs atomic.Int32
@@ -160,7 +158,7 @@ func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
 // Mirrors python test_idempotent_lambda_first_execution_event_mutation: the
 // function changing its input does not change the key or payload stored.
 func TestPowertoolsEventMutation(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, ev map[string]any) (string, error) {
 		runs.Add(1)
@@ -185,7 +183,7 @@ func TestPowertoolsEventMutation(t *testing.T) {
 // 5: Powertools deletes the record, so a retry with another payload runs
 // too; here the record stays with its failure count.
 func TestPowertoolsFailureReleases(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
 		runs.Add(1)
@@ -218,7 +216,7 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 	if n, only := updates(counter.Take()); n != 2 || !only {
 		t.Errorf("retry: %d UpdateItem, want 2 (claim, complete)", n)
 	}
-	if k := record(t, table, "pt:f", time.Now()); k.Attempts != 3 || k.Failures != 2 || k.StateAt(time.Now()) != idemkey.StateCompleted {
+	if k := record(t, table, "pt:f", time.Now()); k.Attempts != 3 || k.Failures != 2 || k.StateAt(time.Now()) != idempotency.StateCompleted {
 		t.Errorf("record attempts %d failures %d state %s; want 3, 2, completed", k.Attempts, k.Failures, k.StateAt(time.Now()))
 	}
 	// Completed now: the first payload is refused again.
@@ -233,8 +231,8 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 	if _, err := h(ctx, order{ID: "g", Amount: 1, Note: "fail"}); err == nil {
 		t.Fatal("want the failure")
 	}
-	_, err := table.Claim(ctx, "pt:g", idemkey.Claim{Now: time.Now(), Fingerprint: mustFP(t, 2), Lease: time.Minute, Token: idemkey.NewToken()})
-	if rej := (*idemkey.Rejection)(nil); !errors.As(err, &rej) || rej.Code != idemkey.CodeFingerprintMismatch {
+	_, err := table.Claim(ctx, "pt:g", idempotency.Claim{Now: time.Now(), Fingerprint: mustFP(t, 2), Lease: time.Minute, Token: idempotency.NewToken()})
+	if rej := (*idempotency.Rejection)(nil); !errors.As(err, &rej) || rej.Code != idempotency.CodeFingerprintMismatch {
 		t.Errorf("a /keys-style claim with another fingerprint on a released key: %v, want fingerprint_mismatch", err)
 	}
 }
@@ -248,7 +246,7 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 // validation if payload validation is not enabled": Powertools' own
 // expressions, as written.
 func TestPowertoolsPayloadTampering(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	type tx = map[string]any
 	var runs atomic.Int32
 	opts := idempotency.Options[tx, string]{Store: table, Namespace: "refunds",
@@ -320,7 +318,7 @@ func TestPowertoolsMissingKey(t *testing.T) {
 		}
 	}
 
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	type ev = map[string]any
 	var runs atomic.Int32
 	fn := func(ctx context.Context, e ev) (int32, error) { return runs.Add(1), nil }
@@ -391,7 +389,7 @@ func TestPowertoolsJMESPathKey(t *testing.T) {
 // payload; python test_idempotent_function_falsy_values: 0 and false are
 // keys (the whole input is the key when Key is nil, issue 21 item 2).
 func TestPowertoolsWholeInputKey(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, v json.RawMessage) (int32, error) { return runs.Add(1), nil },
 		idempotency.Options[json.RawMessage, int32]{Store: table, Namespace: "pt"})
@@ -422,7 +420,7 @@ func TestPowertoolsWholeInputKey(t *testing.T) {
 // functions on one table never share a key without a Namespace (issue 21
 // item 2).
 func TestPowertoolsFunctionsDoNotCollide(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	ctx := context.Background()
 	a := idempotency.Wrap(func(ctx context.Context, o order) (string, error) { return "a", nil },
 		idempotency.Options[order, string]{Store: table, Key: orderID})
@@ -462,7 +460,7 @@ func TestPowertoolsFunctionsDoNotCollide(t *testing.T) {
 // test_idempotent_lambda_expires_in_progress_unavailable_remaining_time
 // (no deadline: DefaultLease here, none there): issue 21 item 4.
 func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	clk := newClock()
 	var runs atomic.Int32
 	var lease sync.Map
@@ -506,7 +504,7 @@ func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
 // on a replay it gets the key, the response (nil too) and the record's
 // expiry (issue 21 item 6), from the table and from the cache.
 func TestPowertoolsResponseHook(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t)
 	var hooked []time.Time
 	h := idempotency.Wrap(func(ctx context.Context, o order) (map[string]any, error) {
 		if o.Note == "nil" {
@@ -554,7 +552,7 @@ func TestPowertoolsResponseHook(t *testing.T) {
 // saveSuccessfulResult" / "deleteRecord": a DynamoDB outage is an error to
 // the caller, never a silent success or a second run.
 func TestPowertoolsPersistenceErrors(t *testing.T) {
-	proxy, table := proxiedTable(t, 0)
+	proxy, table := faultyTable(t, 0)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (string, error) {
 		runs.Add(1)
@@ -592,7 +590,7 @@ func TestPowertoolsPersistenceErrors(t *testing.T) {
 // too (as ErrInProgress), and the effect never runs twice. The largest
 // response that fits is stored and replayed.
 func TestPowertoolsResponseNotStorable(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t)
 	clk := newClock()
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (any, error) {

@@ -23,8 +23,9 @@
 //
 // Keys live behind Persistence: a DynamoDB table of your own
 // (idempotency/dynamostore) or the hosted ExactOnce keys API (client.KeyStore).
-// The claim, complete and release logic is the same code the ExactOnce
-// service runs for its /keys routes and events/once runs for events.
+// This package holds the key lifecycle's rules (Record, Claim, and the
+// Classify functions that explain a refused write): the ExactOnce service's
+// /keys routes and events/once run the same rules and the same table code.
 package idempotency
 
 import (
@@ -33,21 +34,13 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
-
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
-// Record is an idempotency key's record as a Persistence returns it.
-type Record = idemkey.Key
-
-// Claim is one claim as a Persistence receives it.
-type Claim = idemkey.Claim
-
 // Persistence keeps key records. Each method must be one atomic
-// conditional write, and explain a refused one with shared/idemkey's
-// classification: *idemkey.Replay (a completed key, or this caller's own
-// write whose answer was lost) or *idemkey.Rejection (fingerprint_mismatch,
-// in_progress, lease_lost, …). Claim must refuse another fingerprint in
+// conditional write, and explain a refused one with ClassifyClaim,
+// ClassifyComplete or ClassifyRelease: *Replay (a completed key, or this
+// caller's own write whose answer was lost) or *Rejection
+// (fingerprint_mismatch, in_progress, lease_lost, …). Claim must refuse another fingerprint in
 // every state but a released one when the claim says AnyAfterRelease (Run's
 // claims do: a released attempt has no response to protect; the hosted keys
 // refuse it there too).
@@ -68,7 +61,7 @@ type Holder interface {
 }
 
 // ResponseLimiter is a Persistence that stores responses of at most
-// MaxResponseBytes() bytes (the hosted keys API: idemkey.MaxResponseBytes);
+// MaxResponseBytes() bytes (the hosted keys: MaxHostedResponseBytes);
 // without it the limit is MaxResponseBytes.
 type ResponseLimiter interface {
 	MaxResponseBytes() int
@@ -85,8 +78,8 @@ const (
 	// DynamoDB item (400 KB) holds beside the key's own attributes, each
 	// bounded: a partition key of at most 2 KiB and its name of at most 255
 	// bytes (DynamoDB's limits), a fingerprint and claim fields of at most
-	// 256 characters each (idemkey.Claim.Validate, checked before the
-	// claim), a last error of at most 1024 characters (idemkey.FitError, on
+	// 256 characters each (Claim.Validate, checked before the
+	// claim), a last error of at most 1024 characters (FitError, on
 	// every release and hold), and fixed-size times, tokens and counters:
 	// under 12 KiB in all; 16 KiB are left.
 	// A larger response is ErrResponseTooLarge and the key stays held.
@@ -155,7 +148,7 @@ type Call struct {
 	// the effect. A panic always releases.
 	Release func(error) bool
 	// Reason is the text a release stores on the key (it is readable through
-	// GET /keys), fitted by idemkey.FitError: printable, at most 1024
+	// GET /keys), fitted by FitError: printable, at most 1024
 	// characters. nil: a fixed text, so no error detail is stored.
 	Reason func(error) string
 	Now    func() time.Time // nil: time.Now
@@ -189,15 +182,15 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	claim := Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: idemkey.NewToken(), AnyAfterRelease: true}
+	claim := Claim{Now: now, Fingerprint: c.Fingerprint, Lease: lease, Token: NewToken(), AnyAfterRelease: true}
 	if err := claim.Validate(); err != nil {
 		// Refused before the effect: a key whose item could not also hold
 		// the response would let a retry run the effect again.
 		return Result{}, fmt.Errorf("idempotency: %w", err)
 	}
 	k, err := p.Claim(ctx, c.Key, claim)
-	var replay *idemkey.Replay
-	var rej *idemkey.Rejection
+	var replay *Replay
+	var rej *Rejection
 	switch {
 	case errors.As(err, &replay) && !replay.Key.CompletedAt.IsZero():
 		// Belt and braces: a Persistence must refuse another fingerprint,
@@ -208,9 +201,9 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		return Result{Response: replay.Key.Response, Replayed: true, Record: replay.Key}, nil
 	case errors.As(err, &replay): // our own claim, its answer lost: we hold the key
 		k = replay.Key
-	case errors.As(err, &rej) && rej.Code == idemkey.CodeFingerprintMismatch:
+	case errors.As(err, &rej) && rej.Code == CodeFingerprintMismatch:
 		return Result{}, fmt.Errorf("%w (%w)", ErrPayloadMismatch, err)
-	case errors.As(err, &rej) && rej.Code == idemkey.CodeInProgress:
+	case errors.As(err, &rej) && rej.Code == CodeInProgress:
 		wait, notStored := time.Second, false
 		if rej.Key != nil {
 			wait = max(rej.Key.LeaseExpiresAt.Sub(now), 0)
@@ -254,11 +247,11 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		}
 		reason := "handler returned an error"
 		if c.Reason != nil {
-			reason = idemkey.FitError(c.Reason(fnErr))
+			reason = FitError(c.Reason(fnErr))
 		}
 		rec, err := p.Release(wctx, c.Key, token, reason, c.now())
 		switch {
-		case errors.As(err, &replay), errors.As(err, &rej) && rej.Code != idemkey.CodeInternal:
+		case errors.As(err, &replay), errors.As(err, &rej):
 			// released already, or taken over (lease_lost, or the takeover
 			// completed it, or it is gone): nothing of ours to give up
 		case err != nil:
@@ -273,7 +266,7 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	switch {
 	case errors.As(err, &replay): // our own complete, its answer lost
 		rec = replay.Key
-	case errors.As(err, &rej) && (rej.Code == idemkey.CodeLeaseLost || rej.Code == idemkey.CodeNotFound):
+	case errors.As(err, &rej) && (rej.Code == CodeLeaseLost || rej.Code == CodeNotFound):
 		return Result{Record: rej.Key}, fmt.Errorf("%w (%w)", ErrLeaseLost, err)
 	case err != nil:
 		return Result{Record: k}, fmt.Errorf("idempotency: complete (the effect happened; the key frees itself when its lease lapses): %w", err)
@@ -289,9 +282,9 @@ func hold(ctx context.Context, p Persistence, c Call, k *Record, cause error) (R
 		return Result{Record: k}, fmt.Errorf("%w; key %s stays held until its lease ends at %s", cause, c.Key, k.LeaseExpiresAt.Format(time.RFC3339))
 	}
 	rec, err := h.Hold(ctx, c.Key, k.Token, NotStoredReason, c.now())
-	var rej *idemkey.Rejection
+	var rej *Rejection
 	switch {
-	case errors.As(err, &rej) && (rej.Code == idemkey.CodeLeaseLost || rej.Code == idemkey.CodeNotFound):
+	case errors.As(err, &rej) && (rej.Code == CodeLeaseLost || rej.Code == CodeNotFound):
 		return Result{Record: rej.Key}, fmt.Errorf("%w; %w (%w)", cause, ErrLeaseLost, err)
 	case err != nil:
 		return Result{Record: k}, errors.Join(cause, fmt.Errorf("idempotency: hold (the key frees itself when its lease lapses): %w", err))

@@ -13,9 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exactonce/exactonce/internal/canonjson"
-
-	"github.com/exactonce/exactonce/shared/idemkey"
+	"github.com/exactonce/exactonce/idempotency/canonjson"
 )
 
 // Options configure Wrap. Store is required.
@@ -23,8 +21,9 @@ type Options[In, Out any] struct {
 	// Store keeps the keys: dynamostore.New(db, table), or a hosted
 	// client.KeyStore.
 	Store Persistence
-	// Key derives the idempotency key from the input (KeyPath or KeyJMESPath
-	// read it from the JSON of the input). nil: the whole input is the key
+	// Key derives the idempotency key from the input (KeyJMESPath reads it
+	// from the JSON of the input, as Powertools' event_key_jmespath). nil:
+	// the whole input is the key
 	// (its canonical JSON, hashed), as Powertools does without
 	// event_key_jmespath. A missing key ("", or what MissingKey counts as
 	// missing) is ErrNoKey, unless RunWithoutKey.
@@ -35,7 +34,7 @@ type Options[In, Out any] struct {
 	RunWithoutKey bool
 	// Payload picks the part of the input that must not change under one
 	// key; another value under a used key is ErrPayloadMismatch.
-	// PayloadPaths and PayloadJMESPath pick parts of the JSON. nil: no
+	// PayloadJMESPath picks parts of the JSON. nil: no
 	// payload validation (as Powertools without
 	// payload_validation_jmespath).
 	Payload func(In) (any, error)
@@ -183,7 +182,7 @@ func defaultNamespace(fn any) string {
 		switch {
 		case r == '/':
 			return '.'
-		case r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:~-", r)):
+		case nameChar(r):
 			return r
 		}
 		return '-'
@@ -240,7 +239,7 @@ func (o *Options[In, Out]) now() time.Time {
 
 // Fingerprint is "sha256:" and the hex SHA-256 (HMAC-SHA-256 under hashKey
 // when given) of v's canonical JSON: key order and spacing do not matter.
-// It is the service's canonical form (internal/canonjson: RFC 8785, except
+// It is the service's canonical form (package canonjson: RFC 8785, except
 // that a number keeps its exact value), so 9007199254740993 and
 // 9007199254740992, 0.1 and 0.10000000000000001, 1e400 and 2e999 never share
 // a fingerprint.
@@ -273,7 +272,7 @@ func KeyName(namespace, key string) string {
 	if namespace != "" {
 		name = namespace + ":" + key
 	}
-	if idemkey.ValidateName(name) == nil {
+	if validName(name) {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))

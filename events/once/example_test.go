@@ -13,8 +13,6 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/events/once"
-	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/config"
 )
 
 // ship is the subscriber's side effect.
@@ -27,7 +25,7 @@ func ship(_ context.Context, actionID string) error {
 // EventBridge delivers it (docs/events.md, "Writing a subscriber").
 func Example() {
 	ctx := context.Background()
-	awsCfg := config.Local(testkit.Endpoint) // in Lambda: config.LoadDefaultConfig(ctx)
+	awsCfg := localConfig(httpClient()) // in Lambda: config.LoadDefaultConfig(ctx)
 	table := "dedupe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if err := once.CreateTable(ctx, dynamodb.NewFromConfig(awsCfg), table); err != nil {
 		panic(err)

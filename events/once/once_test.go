@@ -15,26 +15,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/events/once"
-	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/config"
 )
-
-func TestMain(m *testing.M) { testkit.Main(m) }
 
 // newGuard makes a claims table for the test on DynamoDB Local, with a
 // request counter on the real SDK client.
-func newGuard(t *testing.T) (*once.Guard, *testkit.Counter, *dynamodb.Client) {
+func newGuard(t *testing.T) (*once.Guard, *counter, *dynamodb.Client) {
 	t.Helper()
-	cfg := config.Local(testkit.Endpoint)
-	counter := testkit.NewCounter(cfg.HTTPClient)
-	cfg.HTTPClient = counter
-	db := dynamodb.NewFromConfig(cfg)
+	requests := &counter{next: httpClient(), ops: map[string]int{}}
+	db := dynamodb.NewFromConfig(localConfig(requests))
 	table := "once-" + strings.ReplaceAll(t.Name(), "/", "-")
 	if err := once.CreateTable(context.Background(), db, table); err != nil {
 		t.Fatal(err)
 	}
-	counter.Take()
-	return once.New(db, table), counter, db
+	requests.Take()
+	return once.New(db, table), requests, db
 }
 
 func claim(t *testing.T, db *dynamodb.Client, g *once.Guard, id string) map[string]types.AttributeValue {

@@ -15,8 +15,8 @@ import (
 
 // TestHostModule does what a user does with docs/cdk-construct.md ("Embed in
 // your CDK app"): a Go module of their own, outside this repository, that
-// requires ExactOnce (here through a replace to this checkout, as the page's
-// install line from a checkout does), tidied with `go mod tidy`, with the
+// requires ExactOnce (here through replaces to this checkout, as the page's
+// install line from a checkout does: the service and each library module), tidied with `go mod tidy`, with the
 // page's main.go and cdk.json, synthesized by the CDK CLI (`cdk synth`,
 // which runs the app as cdk.json says: `go run .`). The template has the
 // construct and the app's own resources, and the functions' binaries come
@@ -43,6 +43,10 @@ func TestHostModule(t *testing.T) {
 		t.Fatal(`docs/cdk-construct.md: no json block with the host's cdk.json ("app": "go run .")`)
 	}
 
+	goMod, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	host := t.TempDir()
 	for name, b := range map[string][]byte{"main.go": mainGo[1], "cdk.json": cdkJSON[1]} {
 		if err := os.WriteFile(filepath.Join(host, name), b, 0o644); err != nil {
@@ -65,6 +69,11 @@ func TestHostModule(t *testing.T) {
 	}
 	run("go", "mod", "init", "example.com/shop")
 	run("go", "mod", "edit", "-replace", Module+"="+moduleRoot)
+	// The libraries the service requires, each a module of its own here:
+	// the same replace for each (Go ignores the service's own).
+	for _, m := range regexp.MustCompile(`(?m)^\s*(`+regexp.QuoteMeta(Module)+`/\S+) => \./(\S+)$`).FindAllStringSubmatch(string(goMod), -1) {
+		run("go", "mod", "edit", "-replace", m[1]+"="+filepath.Join(moduleRoot, m[2]))
+	}
 	run("go", "mod", "tidy")
 	sum, err := os.ReadFile(filepath.Join(host, "go.sum"))
 	if err != nil {

@@ -1,5 +1,4 @@
-// Package dynamoitem is what the action store (shared/store) and the
-// idempotency library's table (idempotency/dynamostore) both need of a
+// Package dynamoitem is what the action store (shared/store) needs of a
 // DynamoDB item: attribute values, a decoder that reports the first
 // malformed attribute instead of half-filling a struct, and the one
 // conditional UpdateItem whose failed condition returns the old item.

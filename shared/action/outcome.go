@@ -5,29 +5,31 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/exactonce/exactonce/client/codes"
 )
 
-// Code names an outcome other than success. The strings are the public
-// "error" values of the HTTP API; subscribers and clients match on them.
-type Code string
+// Code names an outcome other than success: an error code of the HTTP API,
+// declared in client/codes (subscribers and clients match on them there).
+type Code = codes.Code
 
 // Outcome codes.
 const (
-	CodeInvalidRequest Code = "invalid_request"
-	CodeTooLarge       Code = "request_too_large"
-	CodeNotFound       Code = "action_not_found"
-	CodeExists         Code = "action_exists"
-	CodeAlreadyUsed    Code = "already_used"
-	CodeCanceled       Code = "canceled"
-	CodeExpired        Code = "expired"
-	CodeNotActive      Code = "not_active"
-	CodeLocked         Code = "locked"
-	CodeInvalidPIN     Code = "invalid_pin"
-	CodePINRequired    Code = "pin_required"
-	CodeKeyReused      Code = "idempotency_key_reused"
-	CodeForbidden      Code = "forbidden"
-	CodeUnavailable    Code = "unavailable"
-	CodeInternal       Code = "internal"
+	CodeInvalidRequest = codes.InvalidRequest
+	CodeTooLarge       = codes.TooLarge
+	CodeNotFound       = codes.ActionNotFound
+	CodeExists         = codes.ActionExists
+	CodeAlreadyUsed    = codes.AlreadyUsed
+	CodeCanceled       = codes.Canceled
+	CodeExpired        = codes.Expired
+	CodeNotActive      = codes.NotActive
+	CodeLocked         = codes.Locked
+	CodeInvalidPIN     = codes.InvalidPIN
+	CodePINRequired    = codes.PINRequired
+	CodeKeyReused      = codes.KeyReused
+	CodeForbidden      = codes.Forbidden
+	CodeUnavailable    = codes.Unavailable
+	CodeInternal       = codes.Internal
 )
 
 // Rejection is the error an operation returns when the action's stored state

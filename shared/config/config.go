@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/crypto"
-	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/tenant"
 	"github.com/exactonce/exactonce/shared/tracing"
@@ -84,7 +84,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Table:            getenv(EnvTable),
 		Retention:        store.DefaultRetention,
-		KeyRetention:     idemkey.DefaultRetention,
+		KeyRetention:     idempotency.DefaultRetention,
 		ExpiryShards:     store.DefaultExpiryShards,
 		SecretARN:        getenv(EnvSecretARN),
 		Secret:           getenv(EnvSecret),

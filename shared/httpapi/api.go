@@ -15,9 +15,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/crypto"
-	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -372,13 +372,13 @@ func (a *API) serve(ctx context.Context, route string, ev *events.APIGatewayV2HT
 func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV2HTTPResponse {
 	var invalid *action.InvalidError
 	var rej *action.Rejection
-	var keyRej *idemkey.Rejection
+	var keyRej *idempotency.Rejection
 	var forbidden *errForbidden
 	switch {
 	case errors.As(err, &forbidden):
 		c.outcome = string(action.CodeForbidden)
 		return respond(http.StatusForbidden, errorBody{Error: action.CodeForbidden, Message: forbidden.why, RequestID: c.requestID}, nil)
-	case errors.As(err, &keyRej) && keyRej.Code != idemkey.CodeInternal:
+	case errors.As(err, &keyRej):
 		c.outcome = string(keyRej.Code)
 		return keyRejection(keyRej, c.requestID, a.Now())
 	case errors.As(err, &invalid):

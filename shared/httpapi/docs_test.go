@@ -10,7 +10,8 @@ import (
 
 // TestDocsListEveryOutcome: the metrics table's Outcome list (docs/operating.md) names every
 // outcome the handlers can record: each success outcome they set and each
-// error code of the action and key domains.
+// error code of the API (client/codes) and of the key lifecycle
+// (idempotency).
 func TestDocsListEveryOutcome(t *testing.T) {
 	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "operating.md"))
 	if err != nil {
@@ -28,7 +29,7 @@ func TestDocsListEveryOutcome(t *testing.T) {
 	literal := regexp.MustCompile(`"([a-z_]+)"`)
 	outcomes := map[string]bool{}
 	sources, _ := filepath.Glob("*.go")
-	sources = append(sources, "../action/outcome.go", "../idemkey/idemkey.go")
+	sources = append(sources, "../../client/codes/codes.go", "../../idempotency/record.go")
 	for _, f := range sources {
 		if strings.HasSuffix(f, "_test.go") {
 			continue

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -25,27 +26,27 @@ const (
 )
 
 // MaxKeyBodyBytes bounds a complete's body: a 64 KiB response and its token.
-const MaxKeyBodyBytes = idemkey.MaxResponseBytes + 1<<10
+const MaxKeyBodyBytes = idempotency.MaxHostedResponseBytes + 1<<10
 
 // KeyView is the public JSON of an idempotency key. Token appears only in
 // the answer to the claim that took the lease; Response only in claims of a
 // completed key.
 type KeyView struct {
-	Key            string         `json:"key"`
-	State          idemkey.State  `json:"state"`
-	Token          string         `json:"token,omitempty"`
-	LeaseExpiresAt string         `json:"leaseExpiresAt,omitempty"`
-	Attempts       int            `json:"attempts"`
-	Failures       int            `json:"failures"`
-	CreatedAt      string         `json:"createdAt"`
-	ClaimedAt      string         `json:"claimedAt,omitempty"`
-	CompletedAt    string         `json:"completedAt,omitempty"`
-	ReleasedAt     string         `json:"releasedAt,omitempty"`
-	LastError      string         `json:"lastError,omitempty"`
-	Response       jsontext.Value `json:"response,omitzero"`
+	Key            string            `json:"key"`
+	State          idempotency.State `json:"state"`
+	Token          string            `json:"token,omitempty"`
+	LeaseExpiresAt string            `json:"leaseExpiresAt,omitempty"`
+	Attempts       int               `json:"attempts"`
+	Failures       int               `json:"failures"`
+	CreatedAt      string            `json:"createdAt"`
+	ClaimedAt      string            `json:"claimedAt,omitempty"`
+	CompletedAt    string            `json:"completedAt,omitempty"`
+	ReleasedAt     string            `json:"releasedAt,omitempty"`
+	LastError      string            `json:"lastError,omitempty"`
+	Response       jsontext.Value    `json:"response,omitzero"`
 }
 
-func keyView(k *idemkey.Key, at time.Time) *KeyView {
+func keyView(k *idempotency.Record, at time.Time) *KeyView {
 	v := &KeyView{
 		Key: keyName(k), State: k.StateAt(at), Attempts: k.Attempts, Failures: k.Failures,
 		CreatedAt: optTime(k.CreatedAt), ClaimedAt: optTime(k.ClaimedAt), CompletedAt: optTime(k.CompletedAt),
@@ -59,7 +60,7 @@ func keyView(k *idemkey.Key, at time.Time) *KeyView {
 
 // keyName is the key's name as its caller knows it: without the tenant's
 // part of the stored name (see pathKey).
-func keyName(k *idemkey.Key) string {
+func keyName(k *idempotency.Record) string {
 	_, name := tenant.SplitItemKey(k.Name)
 	return name
 }
@@ -83,11 +84,11 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return fail(err)
 		}
 		now := a.Now()
-		k, err := a.store.ClaimKey(ctx, name, idemkey.Claim{
-			Fingerprint: req.Fingerprint, Lease: lease, Token: idemkey.NewToken(),
-			Write: r.write(c.requestID), Fingerprints: r.fingerprints, Now: now,
+		k, err := a.store.ClaimKey(ctx, name, idempotency.Claim{
+			Fingerprint: req.Fingerprint, Lease: lease, Token: idempotency.NewToken(),
+			Request: idempotency.Request(r.write(c.requestID)), Fingerprints: r.fingerprints, Now: now,
 		})
-		var replay *idemkey.Replay
+		var replay *idempotency.Replay
 		switch {
 		case errors.As(err, &replay) && !replay.Key.CompletedAt.IsZero():
 			c.outcome = "replayed"
@@ -157,8 +158,8 @@ func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 
 // keyAnswer renders the 200 of a holder's complete or release, first time
 // or replayed.
-func (a *API) keyAnswer(err error, k *idemkey.Key, c *call, outcome string) (events.APIGatewayV2HTTPResponse, error) {
-	var replay *idemkey.Replay
+func (a *API) keyAnswer(err error, k *idempotency.Record, c *call, outcome string) (events.APIGatewayV2HTTPResponse, error) {
+	var replay *idempotency.Replay
 	var headers map[string]string
 	switch {
 	case errors.As(err, &replay):
@@ -205,41 +206,41 @@ func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 
 // keyErrorBody is the error JSON of the key routes.
 type keyErrorBody struct {
-	Error          idemkey.Code `json:"error"`
-	Message        string       `json:"message"`
-	LeaseExpiresAt string       `json:"leaseExpiresAt,omitempty"`
-	CompletedAt    string       `json:"completedAt,omitempty"`
-	RequestID      string       `json:"requestId"`
+	Error          idempotency.Code `json:"error"`
+	Message        string           `json:"message"`
+	LeaseExpiresAt string           `json:"leaseExpiresAt,omitempty"`
+	CompletedAt    string           `json:"completedAt,omitempty"`
+	RequestID      string           `json:"requestId"`
 }
 
-var keyStatus = map[idemkey.Code]int{
-	idemkey.CodeNotFound:            http.StatusNotFound,
-	idemkey.CodeFingerprintMismatch: http.StatusUnprocessableEntity,
-	idemkey.CodeInProgress:          http.StatusConflict,
-	idemkey.CodeLeaseLost:           http.StatusConflict,
-	idemkey.CodeCompleted:           http.StatusConflict,
+var keyStatus = map[idempotency.Code]int{
+	idempotency.CodeNotFound:            http.StatusNotFound,
+	idempotency.CodeFingerprintMismatch: http.StatusUnprocessableEntity,
+	idempotency.CodeInProgress:          http.StatusConflict,
+	idempotency.CodeLeaseLost:           http.StatusConflict,
+	idempotency.CodeCompleted:           http.StatusConflict,
 }
 
-var keyMessages = map[idemkey.Code]string{
-	idemkey.CodeNotFound:            "no idempotency key has this name",
-	idemkey.CodeFingerprintMismatch: "this key was claimed with a different fingerprint: a reused key with other parameters",
-	idemkey.CodeInProgress:          "another holder's lease on this key is running; retry after the given delay",
-	idemkey.CodeLeaseLost:           "this token no longer holds the key: its lease lapsed and another caller took it, or it was released",
-	idemkey.CodeCompleted:           "the key is completed; it can no longer be released",
+var keyMessages = map[idempotency.Code]string{
+	idempotency.CodeNotFound:            "no idempotency key has this name",
+	idempotency.CodeFingerprintMismatch: "this key was claimed with a different fingerprint: a reused key with other parameters",
+	idempotency.CodeInProgress:          "another holder's lease on this key is running; retry after the given delay",
+	idempotency.CodeLeaseLost:           "this token no longer holds the key: its lease lapsed and another caller took it, or it was released",
+	idempotency.CodeCompleted:           "the key is completed; it can no longer be released",
 }
 
 // keyRejection renders a refused key operation with its context; 409
 // in_progress says when to retry (Retry-After, whole seconds, at least 1).
-func keyRejection(r *idemkey.Rejection, requestID string, now time.Time) events.APIGatewayV2HTTPResponse {
+func keyRejection(r *idempotency.Rejection, requestID string, now time.Time) events.APIGatewayV2HTTPResponse {
 	body := keyErrorBody{Error: r.Code, Message: keyMessages[r.Code], RequestID: requestID}
 	var headers map[string]string
 	if k := r.Key; k != nil {
 		switch r.Code {
-		case idemkey.CodeInProgress:
+		case idempotency.CodeInProgress:
 			body.LeaseExpiresAt = optTime(k.LeaseExpiresAt)
 			wait := int(math.Ceil(k.LeaseExpiresAt.Sub(now).Seconds()))
 			headers = map[string]string{"Retry-After": strconv.Itoa(max(wait, 1))}
-		case idemkey.CodeCompleted:
+		case idempotency.CodeCompleted:
 			body.CompletedAt = optTime(k.CompletedAt)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/exactonce/exactonce/internal/canonjson"
+	"github.com/exactonce/exactonce/idempotency/canonjson"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/crypto"
 )

@@ -4,109 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
-	"unicode/utf8"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
 )
-
-var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-
-func held(mut func(*Key)) *Key {
-	k := &Key{Name: "k", Fingerprint: "f", Token: "t1", LeaseExpiresAt: now.Add(time.Minute), Claim: action.Write{Key: "ik", Fingerprint: "body1", RequestID: "r1"}}
-	if mut != nil {
-		mut(k)
-	}
-	return k
-}
-
-// outcome names what a classification returned.
-func outcome(err error) string {
-	var rej *Rejection
-	var rep *Replay
-	switch {
-	case errors.As(err, &rej):
-		return string(rej.Code)
-	case errors.As(err, &rep):
-		return "replay"
-	}
-	return "?"
-}
-
-func TestClassifyClaim(t *testing.T) {
-	completed := func(k *Key) { k.CompletedAt = now.Add(-time.Second) }
-	for _, c := range []struct {
-		name string
-		old  *Key
-		at   Claim
-		want string
-	}{
-		{"other fingerprint while held", held(nil), Claim{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
-		{"other fingerprint once completed", held(completed), Claim{Now: now, Fingerprint: "g"}, "fingerprint_mismatch"},
-		{"completed replays", held(completed), Claim{Now: now, Fingerprint: "f"}, "replay"},
-		{"held by another", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "other", RequestID: "r2"}}, "in_progress"},
-		{"held, no key", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r2"}}, "in_progress"},
-		{"own claim by key", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body1"}}, "replay"},
-		{"own claim by SDK retry", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body1"}}, "replay"},
-		// The same key with another body (say another leaseSeconds) is not the
-		// holder's retry: it must not get the live token.
-		{"same key, other body", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{Key: "ik", RequestID: "r9"}, Fingerprints: []string{"body2"}}, "in_progress"},
-		{"same request id, other body", held(nil), Claim{Now: now, Fingerprint: "f", Write: action.Write{RequestID: "r1"}, Fingerprints: []string{"body2"}}, "in_progress"},
-		// A write applied whose answer was lost: its SDK retry finds its own token.
-		{"own token (lost answer)", held(nil), Claim{Now: now, Fingerprint: "f", Token: "t1"}, "replay"},
-		{"own token, other fingerprint", held(nil), Claim{Now: now, Fingerprint: "g", Token: "t1"}, "fingerprint_mismatch"},
-		{"other token", held(nil), Claim{Now: now, Fingerprint: "f", Token: "t2"}, "in_progress"},
-		{"own token after the lease lapsed", held(func(k *Key) { k.LeaseExpiresAt = now.Add(-time.Second) }), Claim{Now: now, Fingerprint: "f", Token: "t1"}, "internal"},
-		{"claimable yet refused is a bug", held(func(k *Key) { k.Token = "" }), Claim{Now: now, Fingerprint: "f"}, "internal"},
-		{"nothing there is a bug", nil, Claim{Now: now, Fingerprint: "f"}, "internal"},
-	} {
-		if got := outcome(ClassifyClaim(c.old, c.at)); got != c.want {
-			t.Errorf("%s: %s, want %s", c.name, got, c.want)
-		}
-	}
-}
-
-func TestClassifyCompleteAndRelease(t *testing.T) {
-	completed := held(func(k *Key) { k.CompletedAt = now })
-	released := held(func(k *Key) { k.Token, k.ReleasedToken = "", "t1" })
-	takenOver := held(func(k *Key) { k.Token = "t2" })
-	for _, c := range []struct {
-		name     string
-		old      *Key
-		token    string
-		complete string
-		release  string
-	}{
-		{"missing", nil, "t1", "key_not_found", "key_not_found"},
-		{"completed by this token", completed, "t1", "replay", "key_completed"},
-		{"completed by another", completed, "t0", "lease_lost", "key_completed"},
-		{"released by this token", released, "t1", "lease_lost", "replay"},
-		{"taken over", takenOver, "t1", "lease_lost", "lease_lost"},
-	} {
-		if got := outcome(ClassifyComplete(c.old, c.token)); got != c.complete {
-			t.Errorf("complete %s: %s, want %s", c.name, got, c.complete)
-		}
-		if got := outcome(ClassifyRelease(c.old, c.token)); got != c.release {
-			t.Errorf("release %s: %s, want %s", c.name, got, c.release)
-		}
-	}
-}
-
-func TestStateAt(t *testing.T) {
-	for _, c := range []struct {
-		k    *Key
-		want State
-	}{
-		{held(nil), StateInProgress},
-		{held(func(k *Key) { k.LeaseExpiresAt = now }), StateLeaseExpired},
-		{held(func(k *Key) { k.Token = "" }), StateFailed},
-		{held(func(k *Key) { k.CompletedAt = now }), StateCompleted},
-	} {
-		if got := c.k.StateAt(now); got != c.want {
-			t.Errorf("%+v: %s, want %s", c.k, got, c.want)
-		}
-	}
-}
 
 func TestValidate(t *testing.T) {
 	five, zero := 5, 0
@@ -122,8 +23,8 @@ func TestValidate(t *testing.T) {
 		{"claim lease 0", second(ValidateClaim(&ClaimRequest{Fingerprint: "f", LeaseSeconds: &zero})), "leaseSeconds"},
 		{"claim no fingerprint", second(ValidateClaim(&ClaimRequest{})), "fingerprint"},
 		{"complete no token", ValidateComplete(&CompleteRequest{Response: []byte("1")}), "token"},
-		{"complete no response", ValidateComplete(&CompleteRequest{Token: NewToken()}), "response"},
-		{"release ok", ValidateRelease(&ReleaseRequest{Token: NewToken(), Error: "declined"}), ""},
+		{"complete no response", ValidateComplete(&CompleteRequest{Token: idempotency.NewToken()}), "response"},
+		{"release ok", ValidateRelease(&ReleaseRequest{Token: idempotency.NewToken(), Error: "declined"}), ""},
 		{"release bad token", ValidateRelease(&ReleaseRequest{Token: "zz"}), "token"},
 	} {
 		var inv *action.InvalidError
@@ -134,32 +35,37 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: %v, want an error on %s", c.name, c.err, c.field)
 		}
 	}
-	if d, _ := ValidateClaim(&ClaimRequest{Fingerprint: "f"}); d != DefaultLeaseSeconds*time.Second {
+	if d, _ := ValidateClaim(&ClaimRequest{Fingerprint: "f"}); d != idempotency.DefaultLease {
 		t.Errorf("default lease %v", d)
 	}
 }
 
 func second[T any](_ T, err error) error { return err }
 
-// TestFitError: a last error is printable and at most MaxErrorLen
-// characters, whatever a failure's text holds; the API's release
-// validation takes every fitted text.
-func TestFitError(t *testing.T) {
-	wide := strings.Repeat("𝄞", MaxErrorLen)
-	for _, c := range []struct{ name, in, want string }{
-		{"short", "card declined", "card declined"},
-		{"control characters", "a\nb\tc\x00", "a b c "},
-		{"bytes that are not UTF-8", "a\xff\xfeb", "a  b"},
-		{"exactly the limit", wide, wide},
-		{"over the limit, cut by characters", wide + "x", wide},
-		{"100 KB", strings.Repeat("e", 100<<10), strings.Repeat("e", MaxErrorLen)},
-	} {
-		got := FitError(c.in)
-		if got != c.want {
-			t.Errorf("%s: %d characters %.30q, want %d %.30q", c.name, utf8.RuneCountInString(got), got, utf8.RuneCountInString(c.want), c.want)
+// TestFitErrorIsAValidReleaseError: every text the library fits as a key's
+// last error (idempotency.FitError), so every reason client.KeyStore sends,
+// is one the release route takes.
+func TestFitErrorIsAValidReleaseError(t *testing.T) {
+	wide := strings.Repeat("𝄞", idempotency.MaxErrorLen)
+	for _, in := range []string{"card declined", "a\nb\tc\x00", "a\xff\xfeb", wide, wide + "x", strings.Repeat("e", 100<<10)} {
+		if err := ValidateRelease(&ReleaseRequest{Token: idempotency.NewToken(), Error: idempotency.FitError(in)}); err != nil {
+			t.Errorf("%.30q: the API refuses the fitted text: %v", in, err)
 		}
-		if err := ValidateRelease(&ReleaseRequest{Token: NewToken(), Error: got}); err != nil {
-			t.Errorf("%s: the API refuses the fitted text: %v", c.name, err)
+	}
+}
+
+// TestKeyNamesAreValidNames: the library keeps a key as its name exactly
+// when the /keys routes take that name, and hashes it otherwise, so every
+// key works over the hosted keys.
+func TestKeyNamesAreValidNames(t *testing.T) {
+	for _, name := range []string{"order-1:pay~2", "a.b_c", strings.Repeat("k", 255), strings.Repeat("k", 256),
+		"", ".", "..", "a/b", "a b", "ä", "a%2F", "x\n"} {
+		kept := idempotency.KeyName("", name) == name
+		if valid := ValidateName(name) == nil; kept != valid {
+			t.Errorf("%.20q: kept as its name %v, a valid /keys name %v", name, kept, valid)
+		}
+		if err := ValidateName(idempotency.KeyName("", name)); err != nil {
+			t.Errorf("%.20q: KeyName gives %q, which the /keys routes refuse: %v", name, idempotency.KeyName("", name), err)
 		}
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/smithy-go"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // KeyPrefix starts the partition key of every idempotency-key item. '#' is
@@ -30,28 +30,28 @@ func (st *Store) keyTable() *dynamostore.Table {
 
 // ClaimKey takes the key for one holder with one conditional write (see
 // dynamostore.Table.Claim).
-func (st *Store) ClaimKey(ctx context.Context, name string, c idemkey.Claim) (*idemkey.Key, error) {
+func (st *Store) ClaimKey(ctx context.Context, name string, c idempotency.Claim) (*idempotency.Record, error) {
 	k, err := st.keys.Claim(ctx, name, c)
 	return k, keyErr(err)
 }
 
 // CompleteKey stores the response of the holder of token with one
 // conditional write; the key then replays it until its retention ends.
-func (st *Store) CompleteKey(ctx context.Context, name, token string, response []byte, now time.Time) (*idemkey.Key, error) {
+func (st *Store) CompleteKey(ctx context.Context, name, token string, response []byte, now time.Time) (*idempotency.Record, error) {
 	k, err := st.keys.Complete(ctx, name, token, response, now)
 	return k, keyErr(err)
 }
 
 // ReleaseKey gives the key up after a failed attempt, with one conditional
 // write: it is claimable again at once, and its failure count grows.
-func (st *Store) ReleaseKey(ctx context.Context, name, token, errText string, now time.Time) (*idemkey.Key, error) {
+func (st *Store) ReleaseKey(ctx context.Context, name, token, errText string, now time.Time) (*idempotency.Record, error) {
 	k, err := st.keys.Release(ctx, name, token, errText, now)
 	return k, keyErr(err)
 }
 
 // GetKey reads a key with a strongly consistent read; a key past its
 // retention reads as not found.
-func (st *Store) GetKey(ctx context.Context, name string, now time.Time) (*idemkey.Key, error) {
+func (st *Store) GetKey(ctx context.Context, name string, now time.Time) (*idempotency.Record, error) {
 	k, err := st.keys.Get(ctx, name, now)
 	return k, keyErr(err)
 }

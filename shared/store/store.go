@@ -18,10 +18,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
@@ -46,7 +46,7 @@ const DefaultExpiryShards = 16
 type Options struct {
 	Retention    time.Duration // DefaultRetention
 	ExpiryShards int           // DefaultExpiryShards
-	KeyRetention time.Duration // idemkey.DefaultRetention
+	KeyRetention time.Duration // idempotency.DefaultRetention
 }
 
 // Store reads and writes action items in one table.
@@ -69,7 +69,7 @@ func New(db *dynamodb.Client, table string, o Options) *Store {
 		o.ExpiryShards = DefaultExpiryShards
 	}
 	if o.KeyRetention <= 0 {
-		o.KeyRetention = idemkey.DefaultRetention
+		o.KeyRetention = idempotency.DefaultRetention
 	}
 	st := &Store{db: db, table: table, retention: o.Retention, shards: o.ExpiryShards, keyRetention: o.KeyRetention}
 	st.keys = st.keyTable()

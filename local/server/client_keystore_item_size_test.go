@@ -1,4 +1,4 @@
-package client_test
+package server_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/idemkey"
 )
 
 // TestKeyStoreLongReasonThenLargestResponse: the hosted keys path of
@@ -42,8 +41,8 @@ func TestKeyStoreLongReasonThenLargestResponse(t *testing.T) {
 		t.Fatalf("the effect ran %d times, want 1", effects)
 	}
 	k, err := store.Claim(ctx, call.Key, idempotency.Claim{Now: time.Now(), Fingerprint: "fp", Lease: time.Second})
-	var replay *idemkey.Replay
-	if !errors.As(err, &replay) || utf8.RuneCountInString(replay.Key.LastError) != idemkey.MaxErrorLen {
-		t.Fatalf("the completed key: %+v %v, want a replay keeping a last error of %d characters", k, err, idemkey.MaxErrorLen)
+	var replay *idempotency.Replay
+	if !errors.As(err, &replay) || utf8.RuneCountInString(replay.Key.LastError) != idempotency.MaxErrorLen {
+		t.Fatalf("the completed key: %+v %v, want a replay keeping a last error of %d characters", k, err, idempotency.MaxErrorLen)
 	}
 }

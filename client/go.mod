@@ -1,0 +1,32 @@
+module github.com/exactonce/exactonce/client
+
+go 1.26.0
+
+require (
+	github.com/aws/aws-sdk-go-v2 v1.47.7
+	github.com/aws/aws-sdk-go-v2/config v1.33.15
+	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
+	github.com/exactonce/exactonce/idempotency v0.1.0
+)
+
+require (
+	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/signin v1.12.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
+	github.com/aws/smithy-go v1.28.8 // indirect
+	github.com/go-json-experiment/json v1.27.2 // indirect
+	github.com/jmespath-community/go-jmespath v1.1.1 // indirect
+	golang.org/x/exp v0.0.0-20230314191032-db074128a8ec // indirect
+)
+
+// The idempotency module as it is in this repository (docs/contributing.md,
+// "Modules, versions and tags"); a module that requires this one uses the
+// tagged version above.
+replace github.com/exactonce/exactonce/idempotency => ../idempotency
