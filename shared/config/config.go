@@ -170,9 +170,15 @@ func Local(endpoint string) aws.Config {
 		Retryer:      Retryer,
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		BaseEndpoint: aws.String(endpoint),
-		HTTPClient:   HTTPClient(),
+		HTTPClient:   HTTPClient().WithTimeout(LocalAttemptTimeout),
 	}
 }
+
+// LocalAttemptTimeout bounds one request to a local endpoint. DynamoDB Local
+// on a loaded machine has been seen to leave concurrent requests unanswered
+// for minutes; an attempt given up is retried by the SDK like a lost answer
+// (every write of the store is conditional, so a retry never acts twice).
+const LocalAttemptTimeout = time.Minute
 
 // LoadTenants reads the tenant map from c.TenantsParameter (when set) into
 // c.Tenants, checking it is the map the function was deployed with (a
