@@ -25,7 +25,7 @@ CDK := .tools/node_modules/.bin/cdk
 # product's go.mod stays lean; the Go proxy is all a fresh machine needs.
 GOLANGCI_LINT := go tool -modfile=tools/go.mod golangci-lint
 
-.PHONY: help tools run lint test e2e bench build fuzz synth diff deploy destroy clean
+.PHONY: help tools run lint unit test e2e bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -44,6 +44,17 @@ run: $(TOOLS) ## start the service locally on 127.0.0.1:8080 (DynamoDB Local inc
 
 lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...
+
+# make unit: every package's fast tests, with -short: a test that needs
+# DynamoDB Local (Java) skips (testkit.DynamoDB), and so do the ones that
+# need node or the network; the Examples below run against DynamoDB Local
+# and cannot skip themselves, so -skip names them. infra/ is left out: every
+# test there synthesizes through jsii (node). No Java, Node or network needed.
+UNIT_SKIP := ^(Example|Example_apiGateway|Example_sqsBatch)$$
+UNIT_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
+
+unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a minute); make test runs everything
+	go test -short -count=1 -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
 
 test: $(TOOLS) ## run every test (vet and lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
 	go vet ./...

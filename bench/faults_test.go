@@ -51,7 +51,7 @@ func (k *keyRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestLoadWithFaults(t *testing.T) {
 	const actions, workers = 1000, 32
 	rates := faults.Rates{Throttle: 0.05, ServerError: 0.03, DropAfter: 0.05}
-	dbProxy, err := faults.Start(testkit.Endpoint, rates, 1, "UpdateItem", "GetItem")
+	dbProxy, err := faults.Start(testkit.DynamoDB(t), rates, 1, "UpdateItem", "GetItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestLoadWithFaults(t *testing.T) {
 	}
 
 	// The table, read past the proxy: every action consumed once.
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	for _, id := range ids {
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(env.Table), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}})

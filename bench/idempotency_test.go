@@ -77,7 +77,7 @@ func libraryMarkdown(rows []libraryRow) string {
 }
 
 func libraryRequests(t *testing.T) []libraryRow {
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	db := dynamodb.NewFromConfig(cfg)

@@ -48,13 +48,14 @@ var (
 )
 
 func setup(tb testing.TB) *lambdaEnv {
+	testkit.DynamoDB(tb) // skips under -short, before the Once
 	envOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "exactonce-bench")
 		if err != nil {
 			envErr = err
 			return
 		}
-		vars, err := testkit.LambdaEnv("bench-lambda")
+		vars, err := testkit.LambdaEnv(tb, "bench-lambda")
 		if err != nil {
 			envErr = err
 			return

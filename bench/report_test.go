@@ -299,7 +299,7 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 // alternatives on the same table, and compares their throughput.
 func designs(t *testing.T, env *testkit.Env, n int) []designRow {
 	ctx := context.Background()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	capacity := testkit.NewCapacity()
@@ -475,7 +475,7 @@ func unindex(t *testing.T, db *dynamodb.Client, table, id string) {
 // 64 concurrent clients, each on its own fresh actions.
 func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	direct := store.New(db, env.Table, store.Options{})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	var rows []latencyRow

@@ -19,7 +19,7 @@ import (
 // failure's sequence number, nothing after it run); records handled before
 // replay on redelivery.
 func TestBatches(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	ctx := context.Background()
 	var ran []string
 	fail := map[string]bool{}

@@ -34,6 +34,7 @@ func faultsStart(dropAfter float64) (*faults.Proxy, error) {
 // proxiedTable is newTable behind a fault proxy (closed when the test ends).
 func proxiedTable(t *testing.T, dropAfter float64) (*faults.Proxy, *dynamostore.Table) {
 	t.Helper()
+	testkit.DynamoDB(t) // skips under -short
 	proxy, err := faultsStart(dropAfter)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func amountOnly(o order) (any, error)      { return o.Amount, nil }
 func updates(m map[string]int) (int, bool) { return m["UpdateItem"], len(m) == 1 || len(m) == 0 }
 
 func TestFirstExecutionThenTypedReplay(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs, executed, replayed atomic.Int32
 	charge := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
 		runs.Add(1)
@@ -139,7 +140,7 @@ func TestFirstExecutionThenTypedReplay(t *testing.T) {
 // on ErrInProgress like a client would; the first attempt fails and releases.
 // The effect happens exactly once and every invocation gets its response.
 func TestConcurrentInvocations(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	var attempts, effects, busy atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
 		if attempts.Add(1) == 1 {
@@ -256,7 +257,7 @@ func TestLostAnswers(t *testing.T) {
 // #2260, which skipped the check when the failed conditional write returned
 // the existing record.
 func TestPayloadValidatedOnEveryPath(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
 	var runs atomic.Int32
@@ -349,7 +350,7 @@ func mustFP(t *testing.T, v any) string {
 func TestLeaseTakeoverFencing(t *testing.T) {
 	for _, staleFails := range []bool{false, true} {
 		t.Run(fmt.Sprint("stale fails=", staleFails), func(t *testing.T) {
-			table, counter := newTable(t, testkit.Endpoint)
+			table, counter := newTable(t, testkit.DynamoDB(t))
 			clk := newClock()
 			ctx := context.Background()
 			stuck, resume := make(chan struct{}), make(chan struct{})
@@ -411,7 +412,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 // next invocation runs the function; an error the Release option keeps
 // holds the key until the lease lapses.
 func TestErrorsAndPanicsRelease(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
 	errUnknown := errors.New("timeout after the request went out")
@@ -475,7 +476,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 // TestCache: replays from the cache cost no request; the cache is bounded
 // (least recently used out) and expires entries.
 func TestCache(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	cache := idempotency.NewCache(2, time.Minute)
 	var runs atomic.Int32

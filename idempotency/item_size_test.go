@@ -22,7 +22,7 @@ import (
 // completed nor held, and the retry after the lease ran the effect again.
 // Whatever the reason, the accepted response is stored and replayed.
 func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
 	call := idempotency.Call{
@@ -61,7 +61,7 @@ func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
 // after the lease ran it again. A fingerprint over idemkey's limit is
 // refused before the claim: the effect never runs and nothing is written.
 func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	call := idempotency.Call{Key: "charge-2", Fingerprint: strings.Repeat("f", 100<<10), Lease: time.Second, Now: clk.Now}
 	effects := 0
@@ -92,6 +92,7 @@ func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
 // Longer fields are refused by the claim (no write), or fitted by the
 // release and hold.
 func TestLargestKeyItemFits(t *testing.T) {
+	testkit.DynamoDB(t) // skips under -short
 	ctx := context.Background()
 	pk := strings.Repeat("p", 255)
 	name := "idem-largest"

@@ -60,7 +60,7 @@ func record(t *testing.T, table interface {
 // defaults of typescript IdempotencyConfig "initializes the config with
 // default values" (a deliberate difference: 24 h retention, Powertools 1 h).
 func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (*receipt, error) {
 		runs.Add(1)
@@ -101,7 +101,7 @@ func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
 // test_in_progress_never_saved_to_cache: an in-progress answer is not
 // cached, so the completed response is replayed afterwards.
 func TestPowertoolsInProgress(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
 	cache := idempotency.NewCache(10, time.Minute)
@@ -139,7 +139,7 @@ func TestPowertoolsInProgress(t *testing.T) {
 // an expired idempotency record and processes the next request": after the
 // record's retention the key runs again, with a fresh record.
 func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	table.Retention = 5 * time.Second
 	clk := newClock()
 	var runs atomic.Int32
@@ -160,7 +160,7 @@ func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
 // Mirrors python test_idempotent_lambda_first_execution_event_mutation: the
 // function changing its input does not change the key or payload stored.
 func TestPowertoolsEventMutation(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, ev map[string]any) (string, error) {
 		runs.Add(1)
@@ -185,7 +185,7 @@ func TestPowertoolsEventMutation(t *testing.T) {
 // 5: Powertools deletes the record, so a retry with another payload runs
 // too; here the record stays with its failure count.
 func TestPowertoolsFailureReleases(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
 		runs.Add(1)
@@ -248,7 +248,7 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 // validation if payload validation is not enabled": Powertools' own
 // expressions, as written.
 func TestPowertoolsPayloadTampering(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	type tx = map[string]any
 	var runs atomic.Int32
 	opts := idempotency.Options[tx, string]{Store: table, Namespace: "refunds",
@@ -320,7 +320,7 @@ func TestPowertoolsMissingKey(t *testing.T) {
 		}
 	}
 
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	type ev = map[string]any
 	var runs atomic.Int32
 	fn := func(ctx context.Context, e ev) (int32, error) { return runs.Add(1), nil }
@@ -391,7 +391,7 @@ func TestPowertoolsJMESPathKey(t *testing.T) {
 // payload; python test_idempotent_function_falsy_values: 0 and false are
 // keys (the whole input is the key when Key is nil, issue 21 item 2).
 func TestPowertoolsWholeInputKey(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, v json.RawMessage) (int32, error) { return runs.Add(1), nil },
 		idempotency.Options[json.RawMessage, int32]{Store: table, Namespace: "pt"})
@@ -422,7 +422,7 @@ func TestPowertoolsWholeInputKey(t *testing.T) {
 // functions on one table never share a key without a Namespace (issue 21
 // item 2).
 func TestPowertoolsFunctionsDoNotCollide(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	ctx := context.Background()
 	a := idempotency.Wrap(func(ctx context.Context, o order) (string, error) { return "a", nil },
 		idempotency.Options[order, string]{Store: table, Key: orderID})
@@ -462,7 +462,7 @@ func TestPowertoolsFunctionsDoNotCollide(t *testing.T) {
 // test_idempotent_lambda_expires_in_progress_unavailable_remaining_time
 // (no deadline: DefaultLease here, none there): issue 21 item 4.
 func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	var runs atomic.Int32
 	var lease sync.Map
@@ -506,7 +506,7 @@ func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
 // on a replay it gets the key, the response (nil too) and the record's
 // expiry (issue 21 item 6), from the table and from the cache.
 func TestPowertoolsResponseHook(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	var hooked []time.Time
 	h := idempotency.Wrap(func(ctx context.Context, o order) (map[string]any, error) {
 		if o.Note == "nil" {
@@ -592,7 +592,7 @@ func TestPowertoolsPersistenceErrors(t *testing.T) {
 // too (as ErrInProgress), and the effect never runs twice. The largest
 // response that fits is stored and replayed.
 func TestPowertoolsResponseNotStorable(t *testing.T) {
-	table, counter := newTable(t, testkit.Endpoint)
+	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (any, error) {

@@ -17,7 +17,7 @@ import (
 // 150 KB response becomes a 450 KB item, Complete is refused, and the key
 // frees itself when its lease lapses: the retry runs the effect again.
 func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	effects := 0
 	resp := bytes.Repeat([]byte{0xff}, 150<<10) // well under MaxResponseBytes
@@ -37,7 +37,7 @@ func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
 // first call learns ErrResponseNotStored, the key stays held, and a retry
 // neither runs the effect again nor replays other bytes.
 func TestReviewInvalidUTF8ResponseReplaysOtherBytes(t *testing.T) {
-	table, _ := newTable(t, testkit.Endpoint)
+	table, _ := newTable(t, testkit.DynamoDB(t))
 	resp := []byte{'o', 'k', 0xff}
 	effects := 0
 	call := idempotency.Call{Key: "k2", Fingerprint: "fp"}

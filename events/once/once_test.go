@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // request counter on the real SDK client.
 func newGuard(t *testing.T) (*once.Guard, *testkit.Counter, *dynamodb.Client) {
 	t.Helper()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	db := dynamodb.NewFromConfig(cfg)

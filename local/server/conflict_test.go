@@ -17,7 +17,7 @@ import (
 // product's own SDK configuration (config.Local: its retryer).
 func conflictEnv(t *testing.T, rates faults.Rates) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	proxy, err := faults.Start(testkit.Endpoint, rates, 25, "UpdateItem")
+	proxy, err := faults.Start(testkit.DynamoDB(t), rates, 25, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func TestBatchItemFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	if err := store.CreateTable(ctx, db, "streams-test"); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestBatchItemFailures(t *testing.T) {
 func TestSetAsideThenGoOn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-aside"
 	if err := store.CreateTable(ctx, db, table); err != nil {
@@ -178,7 +178,7 @@ func TestSetAsideThenGoOn(t *testing.T) {
 func TestRecordAgeSetAside(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-age"
 	if err := store.CreateTable(ctx, db, table); err != nil {

@@ -40,7 +40,7 @@ func TestAuditOncePerEvent(t *testing.T) {
 		t.Fatalf("%d events published, want 2", len(published))
 	}
 
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	if err := once.CreateTable(context.Background(), db, "audit-claims"); err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func TestPINBudgetSeveralAttempts(t *testing.T) {
 // proxied is an Env whose DynamoDB traffic crosses a fault proxy.
 func proxied(t *testing.T) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func TestReviewRetiredKeyKeyedRetryOfRightPIN(t *testing.T) {
 	)
 	step2 := `{"current":"` + b + `","previous":["` + a + `"],"ids":"` + a + `"}`
 	retired := `{"current":"` + b + `","ids":"` + a + `"}`
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}

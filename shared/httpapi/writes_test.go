@@ -30,7 +30,7 @@ func hooked(t *testing.T, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
 // hookedOp is hooked for the requests of operation op.
 func hookedOp(t *testing.T, op string, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,7 +342,7 @@ func TestOldTableItemsExpire(t *testing.T) {
 	env := testkit.NewEnv(t)
 	ctx := context.Background()
 	st := env.Sweeper.Store
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	expiresAt := action.Millis(time.Now().Add(time.Hour))
 	createMany(t, st, "old", 6, func(int) time.Time { return expiresAt })
 	// What the previous release's consume, cancel and sweep wrote.
