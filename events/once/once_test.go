@@ -217,11 +217,11 @@ func TestLeaseTakeover(t *testing.T) {
 	}
 	clock.Add((61 * time.Second).Milliseconds())
 	var took bool
-	tookOver := make(chan struct{})
+	tookOver := make(chan struct{}) // the takeover ran and marked done
 	go func() {
+		defer close(tookOver)
 		ran, err := g.Do(ctx, "ev", func(context.Context) error {
 			took = true
-			close(tookOver)
 			return nil
 		})
 		if !ran || err != nil {
@@ -229,7 +229,6 @@ func TestLeaseTakeover(t *testing.T) {
 		}
 	}()
 	<-tookOver
-	time.Sleep(100 * time.Millisecond) // let the takeover mark done
 
 	resume <- errors.New("stale holder fails late") // its release must not delete the new claim
 	if err := <-staleResult; err == nil || errors.Is(err, once.ErrLeaseLost) {

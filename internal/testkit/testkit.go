@@ -158,6 +158,18 @@ func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	return env
 }
 
+// Settled waits, up to Patience, until the stream publisher has handled
+// every write made before the call (WithEvents): from then on, what the bus
+// holds for them is final, so a test can say that nothing more comes.
+func (e *Env) Settled(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	if err := e.Stream.CaughtUp(ctx); err != nil {
+		t.Fatalf("the stream publisher did not catch up within %s: %v", Patience, err)
+	}
+}
+
 // Shift moves the server's clock by d from now on (it starts at real time).
 func (e *Env) Shift(d time.Duration) { e.offset.Store(int64(d)) }
 

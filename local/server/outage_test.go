@@ -92,6 +92,11 @@ func consumeAll(t *testing.T, env *testkit.Env, prefix string, n int) []string {
 // no retry limit; after recovery every event arrives, each id exactly once
 // after de-duplication at the subscriber, and nothing was set aside.
 func TestEventBridgeOutage(t *testing.T) {
+	// outageRetries is how many more PutEvents requests the outage refuses
+	// after the last write: an invocation of the publisher is refused at
+	// most its 3 attempts times the SDK's 3, so this spans at least 4 of the
+	// reader's retries of the batch, with its backoff between them.
+	const outageRetries = 36
 	const n = 200
 	var proxy *faults.Proxy
 	env := testkit.NewEnv(t, scaled(t, func(bus string) string {
@@ -105,7 +110,13 @@ func TestEventBridgeOutage(t *testing.T) {
 	proxy.Down(true)
 	start := time.Now()
 	ids := consumeAll(t, env, "out", n)
-	time.Sleep(3 * time.Second) // the outage goes on after the writes
+	// The outage goes on after the writes, through more of the reader's
+	// retries (polled, not a fixed wait: a loaded machine retries slower).
+	for refused, deadline := proxy.Counts().Unavailable, time.Now().Add(testkit.Patience); proxy.Counts().Unavailable < refused+outageRetries; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the publisher was refused %d more times in %s, want %d", proxy.Counts().Unavailable-refused, testkit.Patience, outageRetries)
+		}
+	}
 	if evs := localEvents(t, env); len(evs) != 0 {
 		t.Fatalf("%d events arrived during the outage", len(evs))
 	}
@@ -122,7 +133,7 @@ func TestEventBridgeOutage(t *testing.T) {
 		}
 	}
 	drain := time.Since(recovered)
-	time.Sleep(300 * time.Millisecond) // late duplicates would show now
+	env.Settled(t) // every write published: late duplicates would be there
 	evs = localEvents(t, env)
 	after := proxy.Counts()
 	runs := dedupe(t, evs)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
@@ -56,6 +57,8 @@ type Reader struct {
 	// SetAside receives what the mapping would send to its on-failure
 	// destination (nil: it is only logged).
 	SetAside func(context.Context, OnFailure)
+
+	idle atomic.Int64 // passes that found nothing new in any shard
 }
 
 // Unlimited retries: until the records' age limit.
@@ -183,10 +186,29 @@ func (r *Reader) Run(ctx context.Context) error {
 			busy = busy || got
 		}
 		if !busy {
+			r.idle.Add(1)
 			r.wait(ctx, r.Poll)
 		}
 	}
 	return ctx.Err()
+}
+
+// CaughtUp returns once the reader has gone through every shard and found
+// nothing new, in a pass that began after the call: every record written
+// before the call has then been handled or set aside. It returns ctx's error
+// if ctx ends first (a reader that is not running never catches up).
+func (r *Reader) CaughtUp(ctx context.Context) error {
+	// The pass under way may have read a shard before the call: the one
+	// after it began after the call, and is idle only once all is handled.
+	want := r.idle.Load() + 2
+	for r.idle.Load() < want {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // shard reads one batch of a shard and runs the handler on it until the

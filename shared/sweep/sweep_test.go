@@ -194,12 +194,8 @@ func TestConsumeRacesSweep(t *testing.T) {
 	}
 	t.Logf("200 races: %d consumed, %d expired; sweeps (%d cut by their budget) %+v", consumed, expired, cut, runs)
 
-	// Exactly one event per action.
-	deadline := time.Now().Add(testkit.Patience)
-	for len(env.Bus.Events()) < n && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
+	// Exactly one event per action: once every write is published.
+	env.Settled(t)
 	perAction := map[string][]string{}
 	for _, e := range env.Bus.Events() {
 		var d struct{ ActionID string }
@@ -295,7 +291,13 @@ func TestExpiredEventLocally(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	lag := time.Since(expiresAt)
-	time.Sleep(2500 * time.Millisecond) // two more sweeps: nothing more may come
+	// Two more sweeps, all they wrote published: nothing more may come.
+	for runs, deadline := sweepRuns(env), time.Now().Add(testkit.Patience); sweepRuns(env) < runs+2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweeper did not run twice more in %s", testkit.Patience)
+		}
+	}
+	env.Settled(t)
 	evs := env.Bus.Events()
 	if len(evs) != 1 || evs[0].DetailType != "action.expired" {
 		t.Fatalf("events %+v, want exactly one action.expired", evs)
@@ -306,6 +308,17 @@ func TestExpiredEventLocally(t *testing.T) {
 		t.Errorf("detail %v", d)
 	}
 	t.Logf("action.expired at /_local/events %s after expiresAt", lag.Round(time.Millisecond))
+}
+
+// sweepRuns is how many sweeps the Env's sweeper has finished (its
+// SweepDuration metric, one a run).
+func sweepRuns(env *testkit.Env) int {
+	for _, tot := range env.Metrics.Totals() {
+		if tot.Metric == "SweepDuration" && tot.Dimensions["Function"] == "sweeper" {
+			return tot.Count
+		}
+	}
+	return 0
 }
 
 // createMany makes n actions i = 0..n-1 named prefix+i through the store,
