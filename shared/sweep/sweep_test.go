@@ -3,6 +3,7 @@ package sweep_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -467,7 +468,10 @@ func tally(runs [][]sweep.Result) (expired, cut int) {
 }
 
 // sweepUntilComplete runs s until a run reports it read every shard to the
-// end, and returns every run's result.
+// end, and returns every run's result. A run that DynamoDB failed (Local,
+// on a loaded machine: a write past its deadline) is what the sweeper's
+// next run retries, as the scheduled Lambda's would: it is cut short like
+// one past its budget; any other error fails the test.
 func sweepUntilComplete(t *testing.T, s *sweep.Sweeper) []sweep.Result {
 	t.Helper()
 	var runs []sweep.Result
@@ -475,6 +479,8 @@ func sweepUntilComplete(t *testing.T, s *sweep.Sweeper) []sweep.Result {
 		r, err := s.Run(context.Background())
 		runs = append(runs, r)
 		switch {
+		case errors.Is(err, store.ErrUnavailable) && time.Now().Before(deadline):
+			t.Logf("sweep: %v", err)
 		case err != nil:
 			t.Errorf("sweep: %v", err)
 			return runs
