@@ -189,12 +189,18 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	if err := lambdaruntime.BuildAll(o.Root, o.BinDir, pkgs...); err != nil {
 		return nil, err
 	}
+	// Every function's key is known to the proxy before the first starts:
+	// the proxy serves a function's init calls (its secret) while the next
+	// ones start, and its Keys map is only read from then on.
 	for _, name := range fnames {
 		f := d.Stack.Functions[name]
 		key := "AKIAE2E" + strings.ToUpper(name)
-		creds := aws.Credentials{AccessKeyID: key, SecretAccessKey: randomText(40), SessionToken: "e2e-" + name}
-		d.creds[name] = creds
+		d.creds[name] = aws.Credentials{AccessKeyID: key, SecretAccessKey: randomText(40), SessionToken: "e2e-" + name}
 		d.Proxy.Keys[key] = &iam.Principal{Function: name, RoleArn: f.RoleArn, Statements: statements(f.Statements)}
+	}
+	for _, name := range fnames {
+		f := d.Stack.Functions[name]
+		creds := d.creds[name]
 		env := []string{}
 		for k, v := range f.Env {
 			env = append(env, k+"="+v)
