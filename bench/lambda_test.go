@@ -185,6 +185,7 @@ func BenchmarkWarmConsume(b *testing.B) {
 // TestHarness keeps the benchmarks honest: both builds start, and traced
 // and untraced consume answer the same.
 func TestHarness(t *testing.T) {
+	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	e := setup(t)
 	for _, v := range variants {
 		create, consume := e.start(t, v, "create"), e.start(t, v, "consume")

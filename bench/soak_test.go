@@ -37,6 +37,7 @@ func soakDuration(t *testing.T) time.Duration {
 // designed outcome (no 5xx, no transport error), and the server's resident
 // memory at the end must stay near what it was once warm.
 func TestSoak(t *testing.T) {
+	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	bin := filepath.Join(t.TempDir(), "local")
 	if out, err := exec.Command("go", "build", "-o", bin, "../local").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -19,6 +19,7 @@ import (
 // failure's sequence number, nothing after it run); records handled before
 // replay on redelivery.
 func TestBatches(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	ctx := context.Background()
 	var ran []string

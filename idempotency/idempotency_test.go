@@ -84,6 +84,7 @@ func amountOnly(o order) (any, error)      { return o.Amount, nil }
 func updates(m map[string]int) (int, bool) { return m["UpdateItem"], len(m) == 1 || len(m) == 0 }
 
 func TestFirstExecutionThenTypedReplay(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs, executed, replayed atomic.Int32
 	charge := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
@@ -140,6 +141,7 @@ func TestFirstExecutionThenTypedReplay(t *testing.T) {
 // on ErrInProgress like a client would; the first attempt fails and releases.
 // The effect happens exactly once and every invocation gets its response.
 func TestConcurrentInvocations(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	var attempts, effects, busy atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
@@ -197,6 +199,7 @@ func TestConcurrentInvocations(t *testing.T) {
 // up to five minutes): every effect ran exactly once and every invocation of
 // a key got the same response.
 func TestLostAnswers(t *testing.T) {
+	t.Parallel()
 	proxy, table := proxiedTable(t, 0.3)
 	var effects sync.Map
 	var retries, leaseLost atomic.Int32
@@ -258,6 +261,7 @@ func TestLostAnswers(t *testing.T) {
 // #2260, which skipped the check when the failed conditional write returned
 // the existing record.
 func TestPayloadValidatedOnEveryPath(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
@@ -349,6 +353,7 @@ func mustFP(t *testing.T, v any) string {
 // stale holder can neither complete (ErrLeaseLost) nor release: the
 // takeover's result stands and is what every later invocation replays.
 func TestLeaseTakeoverFencing(t *testing.T) {
+	t.Parallel()
 	for _, staleFails := range []bool{false, true} {
 		t.Run(fmt.Sprint("stale fails=", staleFails), func(t *testing.T) {
 			table, counter := newTable(t, testkit.DynamoDB(t))
@@ -413,6 +418,7 @@ func TestLeaseTakeoverFencing(t *testing.T) {
 // next invocation runs the function; an error the Release option keeps
 // holds the key until the lease lapses.
 func TestErrorsAndPanicsRelease(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
@@ -477,6 +483,7 @@ func TestErrorsAndPanicsRelease(t *testing.T) {
 // TestCache: replays from the cache cost no request; the cache is bounded
 // (least recently used out) and expires entries.
 func TestCache(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	cache := idempotency.NewCache(2, time.Minute)
@@ -522,6 +529,7 @@ func TestCache(t *testing.T) {
 }
 
 func TestKeyName(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ ns, key, want string }{
 		{"", "order-1", "order-1"},
 		{"pay", "order-1", "pay:order-1"},
@@ -540,6 +548,7 @@ func TestKeyName(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
+	t.Parallel()
 	a, _ := idempotency.Fingerprint(map[string]any{"b": 1, "a": []int{1, 2}}, nil)
 	b, _ := idempotency.Fingerprint(struct {
 		A []int `json:"a"`

@@ -22,6 +22,7 @@ import (
 // completed nor held, and the retry after the lease ran the effect again.
 // Whatever the reason, the accepted response is stored and replayed.
 func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	ctx := context.Background()
@@ -61,6 +62,7 @@ func TestLongFailureReasonKeepsResponseStorable(t *testing.T) {
 // after the lease ran it again. A fingerprint over idemkey's limit is
 // refused before the claim: the effect never runs and nothing is written.
 func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	call := idempotency.Call{Key: "charge-2", Fingerprint: strings.Repeat("f", 100<<10), Lease: time.Second, Now: clk.Now}
@@ -92,6 +94,7 @@ func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
 // Longer fields are refused by the claim (no write), or fitted by the
 // release and hold.
 func TestLargestKeyItemFits(t *testing.T) {
+	t.Parallel()
 	testkit.DynamoDB(t) // skips under -short
 	ctx := context.Background()
 	pk := strings.Repeat("p", 255)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestKeyPath(t *testing.T) {
+	t.Parallel()
 	ev := events.APIGatewayV2HTTPRequest{
 		Headers: map[string]string{"idempotency-key": "k-1"},
 		Body:    `{"order":{"id":"o-9","items":[{"sku":"a"},{"sku":"b"}]},"amount":12.50}`,
@@ -35,6 +36,7 @@ func TestKeyPath(t *testing.T) {
 }
 
 func TestPayloadPaths(t *testing.T) {
+	t.Parallel()
 	pick := idempotency.PayloadPaths[events.APIGatewayV2HTTPRequest]("body.amount", "body.card")
 	fp := func(body string) string {
 		v, err := pick(events.APIGatewayV2HTTPRequest{Body: body, RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: body}})

@@ -60,6 +60,7 @@ func record(t *testing.T, table interface {
 // defaults of typescript IdempotencyConfig "initializes the config with
 // default values" (a deliberate difference: 24 h retention, Powertools 1 h).
 func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (*receipt, error) {
@@ -101,6 +102,7 @@ func TestPowertoolsFirstExecutionAndReplay(t *testing.T) {
 // test_in_progress_never_saved_to_cache: an in-progress answer is not
 // cached, so the completed response is replayed afterwards.
 func TestPowertoolsInProgress(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
@@ -139,6 +141,7 @@ func TestPowertoolsInProgress(t *testing.T) {
 // an expired idempotency record and processes the next request": after the
 // record's retention the key runs again, with a fresh record.
 func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	table.Retention = 5 * time.Second
 	clk := newClock()
@@ -160,6 +163,7 @@ func TestPowertoolsExpiredRecordRunsAgain(t *testing.T) {
 // Mirrors python test_idempotent_lambda_first_execution_event_mutation: the
 // function changing its input does not change the key or payload stored.
 func TestPowertoolsEventMutation(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, ev map[string]any) (string, error) {
@@ -185,6 +189,7 @@ func TestPowertoolsEventMutation(t *testing.T) {
 // 5: Powertools deletes the record, so a retry with another payload runs
 // too; here the record stays with its failure count.
 func TestPowertoolsFailureReleases(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
@@ -248,6 +253,7 @@ func TestPowertoolsFailureReleases(t *testing.T) {
 // validation if payload validation is not enabled": Powertools' own
 // expressions, as written.
 func TestPowertoolsPayloadTampering(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	type tx = map[string]any
 	var runs atomic.Int32
@@ -305,6 +311,7 @@ func TestPowertoolsPayloadTampering(t *testing.T) {
 // difference: ErrNoKey is the default (Powertools' default runs unguarded
 // with a warning); RunWithoutKey opts in (issue 21 items 2 and 3).
 func TestPowertoolsMissingKey(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v       any
 		missing bool
@@ -354,6 +361,7 @@ func TestPowertoolsMissingKey(t *testing.T) {
 // makeIdempotent's eventKeyJmesPath 'foo' / payload cases: Powertools'
 // expressions as written, powertools_json included.
 func TestPowertoolsJMESPathKey(t *testing.T) {
+	t.Parallel()
 	ev := map[string]any{
 		"requestContext": map[string]any{"authorizer": map[string]any{"claims": map[string]any{"sub": "cognito_user"}}},
 		"body":           `{"id":"some_key","amount":9007199254740993,"user_id":"u-1"}`,
@@ -391,6 +399,7 @@ func TestPowertoolsJMESPathKey(t *testing.T) {
 // payload; python test_idempotent_function_falsy_values: 0 and false are
 // keys (the whole input is the key when Key is nil, issue 21 item 2).
 func TestPowertoolsWholeInputKey(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, v json.RawMessage) (int32, error) { return runs.Add(1), nil },
@@ -462,6 +471,7 @@ func TestPowertoolsFunctionsDoNotCollide(t *testing.T) {
 // test_idempotent_lambda_expires_in_progress_unavailable_remaining_time
 // (no deadline: DefaultLease here, none there): issue 21 item 4.
 func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	var runs atomic.Int32
@@ -506,6 +516,7 @@ func TestPowertoolsLeaseFollowsDeadline(t *testing.T) {
 // on a replay it gets the key, the response (nil too) and the record's
 // expiry (issue 21 item 6), from the table and from the cache.
 func TestPowertoolsResponseHook(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	var hooked []time.Time
 	h := idempotency.Wrap(func(ctx context.Context, o order) (map[string]any, error) {
@@ -554,6 +565,7 @@ func TestPowertoolsResponseHook(t *testing.T) {
 // saveSuccessfulResult" / "deleteRecord": a DynamoDB outage is an error to
 // the caller, never a silent success or a second run.
 func TestPowertoolsPersistenceErrors(t *testing.T) {
+	t.Parallel()
 	proxy, table := proxiedTable(t, 0)
 	var runs atomic.Int32
 	h := idempotency.Wrap(func(ctx context.Context, o order) (string, error) {
@@ -592,6 +604,7 @@ func TestPowertoolsPersistenceErrors(t *testing.T) {
 // too (as ErrInProgress), and the effect never runs twice. The largest
 // response that fits is stored and replayed.
 func TestPowertoolsResponseNotStorable(t *testing.T) {
+	t.Parallel()
 	table, counter := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	var runs atomic.Int32

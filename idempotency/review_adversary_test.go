@@ -17,6 +17,7 @@ import (
 // 150 KB response becomes a 450 KB item, Complete is refused, and the key
 // frees itself when its lease lapses: the retry runs the effect again.
 func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	clk := newClock()
 	effects := 0
@@ -37,6 +38,7 @@ func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
 // first call learns ErrResponseNotStored, the key stays held, and a retry
 // neither runs the effect again nor replays other bytes.
 func TestReviewInvalidUTF8ResponseReplaysOtherBytes(t *testing.T) {
+	t.Parallel()
 	table, _ := newTable(t, testkit.DynamoDB(t))
 	resp := []byte{'o', 'k', 0xff}
 	effects := 0

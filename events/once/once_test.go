@@ -60,6 +60,7 @@ func str(item map[string]types.AttributeValue, k string) string {
 }
 
 func TestRunsOncePerEventID(t *testing.T) {
+	t.Parallel()
 	g, counter, db := newGuard(t)
 	ctx := context.Background()
 	var runs int
@@ -101,6 +102,7 @@ func TestRunsOncePerEventID(t *testing.T) {
 }
 
 func TestFailedHandlerReleasesClaim(t *testing.T) {
+	t.Parallel()
 	g, counter, db := newGuard(t)
 	ctx := context.Background()
 	boom := errors.New("downstream down")
@@ -121,6 +123,7 @@ func TestFailedHandlerReleasesClaim(t *testing.T) {
 }
 
 func TestPanickingHandlerReleasesClaim(t *testing.T) {
+	t.Parallel()
 	g, _, db := newGuard(t)
 	func() {
 		defer func() {
@@ -142,6 +145,7 @@ func TestPanickingHandlerReleasesClaim(t *testing.T) {
 // like EventBridge would until it is acknowledged; the first run fails. The
 // effect happens exactly once and every delivery ends acknowledged.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
 	g, _, _ := newGuard(t)
 	var attempts, effects, inProgress atomic.Int32
 	fn := func(context.Context) error {
@@ -197,6 +201,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 // redeliveries only until its lease lapses; then one takes over, and the
 // stale holder can neither mark done nor release the new claim.
 func TestLeaseTakeover(t *testing.T) {
+	t.Parallel()
 	g, _, db := newGuard(t)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMilli())
@@ -245,6 +250,7 @@ func TestLeaseTakeover(t *testing.T) {
 // TestStaleHolderSucceedsLate: a holder that outlives its lease and then
 // succeeds learns it (ErrLeaseLost) instead of overwriting the new claim.
 func TestStaleHolderSucceedsLate(t *testing.T) {
+	t.Parallel()
 	g, _, db := newGuard(t)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMilli())
@@ -275,6 +281,7 @@ func TestStaleHolderSucceedsLate(t *testing.T) {
 // remaining time plus a margin, so a timed-out invocation frees its claim
 // right after it is killed.
 func TestLeaseFollowsDeadline(t *testing.T) {
+	t.Parallel()
 	g, _, db := newGuard(t)
 	now := time.Now()
 	g.Now = func() time.Time { return now }
@@ -305,6 +312,7 @@ func TestLeaseFollowsDeadline(t *testing.T) {
 // TestLegacyClaimCountsHandled: a claim the previous version wrote (PutItem,
 // "state", no fingerprint) is acknowledged, not redelivered until its TTL.
 func TestLegacyClaimCountsHandled(t *testing.T) {
+	t.Parallel()
 	g, _, db := newGuard(t)
 	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
 		"eventId": &types.AttributeValueMemberS{Value: "old"}, "state": &types.AttributeValueMemberS{Value: "done"},

@@ -75,6 +75,7 @@ func (r *region) kill() {
 // reads the same records (on AWS: its replica's stream, with the same
 // records), with the same deterministic event ids.
 func TestTwoRegions(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	a, b := newRegion(t, "A"), newRegion(t, "B")
 	var failovers, replays, unavailable atomic.Int64

@@ -92,6 +92,7 @@ func consumeAll(t *testing.T, env *testkit.Env, prefix string, n int) []string {
 // no retry limit; after recovery every event arrives, each id exactly once
 // after de-duplication at the subscriber, and nothing was set aside.
 func TestEventBridgeOutage(t *testing.T) {
+	t.Parallel()
 	// outageRetries is how many more PutEvents requests the outage refuses
 	// after the last write: an invocation of the publisher is refused at
 	// most its 3 attempts times the SDK's 3, so this spans at least 4 of the
@@ -179,6 +180,7 @@ func distinct(evs []eventbus.Event) int {
 // aside after its retries, visible at /_local/dead-letters with its keys,
 // sequence number, time and error.
 func TestPoisonRecordLocally(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, scaled(t, nil))
 	consumeAll(t, env, "before", 3)
 	_, err := env.DB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(env.Table), Item: map[string]types.AttributeValue{

@@ -20,6 +20,7 @@ import (
 // de-duplication the subscriber handles each of the 70 exactly once. An
 // idempotency key and an open action in the window are not republished.
 func TestRepublish(t *testing.T) {
+	t.Parallel()
 	var proxy *faults.Proxy
 	env := testkit.NewEnv(t, scaled(t, func(bus string) string {
 		var err error

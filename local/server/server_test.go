@@ -40,6 +40,7 @@ func waitEvents(t *testing.T, env *testkit.Env, n int) []eventbus.Event {
 // consume through HTTP give exactly one action.consumed and one
 // action.canceled, each once, with nothing secret in them.
 func TestEventsEndToEnd(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	do := func(method, path, body string, h ...string) *testkit.Response {
 		return testkit.Do(t, nil, method, env.URL+path, body, h...)

@@ -30,6 +30,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // the whole batch after an error), so every record is accepted exactly
 // once, in order, with none skipped.
 func TestBatchItemFailures(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := config.Local(testkit.DynamoDB(t))
@@ -101,6 +102,7 @@ func TestBatchItemFailures(t *testing.T) {
 // what is left of it goes to the on-failure destination with its shard and
 // sequence range, and the shard goes on with the next records.
 func TestSetAsideThenGoOn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := config.Local(testkit.DynamoDB(t))
@@ -176,6 +178,7 @@ func TestSetAsideThenGoOn(t *testing.T) {
 // the handler but set aside (condition RecordAgeExceeded), as the mapping
 // does with MaximumRecordAgeInSeconds.
 func TestRecordAgeSetAside(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := config.Local(testkit.DynamoDB(t))

@@ -12,6 +12,7 @@ import (
 // outcome the handlers can record: each success outcome they set and each
 // error code of the action and key domains.
 func TestDocsListEveryOutcome(t *testing.T) {
+	t.Parallel()
 	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "operating.md"))
 	if err != nil {
 		t.Fatal(err)

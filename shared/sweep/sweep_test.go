@@ -49,6 +49,7 @@ func sweepAt(t *testing.T, env *testkit.Env, at time.Time) sweep.Result {
 // one batched read, without a write; the watermark makes the next sweep
 // read only what fell due since.
 func TestSweep(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	now := time.Now()
 	soon, later := now.Add(time.Hour), now.Add(48*time.Hour)
@@ -133,6 +134,7 @@ func TestSweep(t *testing.T) {
 // just after try to expire them. Each action ends consumed or expired, never
 // both, and the stream gives exactly one event for it.
 func TestConsumeRacesSweep(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	const n = 200
 	expiresAt := action.Millis(time.Now().Add(time.Hour))
@@ -284,6 +286,7 @@ func TestTenThousandInOneMinute(t *testing.T) {
 // second, an action expiring in 2 s gives exactly one action.expired at
 // /_local/events within 10 s.
 func TestExpiredEventLocally(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents, func(o *server.Options) { o.SweepEvery = time.Second })
 	expiresAt := action.Millis(time.Now().Add(2 * time.Second))
 	create(t, env, "soon", expiresAt)
@@ -353,6 +356,7 @@ func createMany(t *testing.T, st *store.Store, prefix string, n int, expiresAt f
 // are not in the index, open ones are) and the sweeper kept no watermark.
 // Its open actions expire; its finished ones are not even read.
 func TestOldTableItemsExpire(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	ctx := context.Background()
 	st := env.Sweeper.Store
