@@ -81,7 +81,7 @@ func TestLoadWithFaults(t *testing.T) {
 	})
 
 	rec := &keyRecorder{attempts: map[string]int{}}
-	c := client.New(env.URL, client.WithHTTPClient(&http.Client{Transport: rec, Timeout: 30 * time.Second}),
+	c := client.New(env.URL, client.WithHTTPClient(&http.Client{Transport: rec, Timeout: testkit.Patience}),
 		client.WithRetry(client.Retry{MaxAttempts: 8, BaseDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond}))
 	ctx := context.Background()
 	start := time.Now()
@@ -151,7 +151,7 @@ func TestLoadWithFaults(t *testing.T) {
 	// Events: each consumed action exactly one event id, however often the
 	// publisher had to retry PutEvents (duplicate deliveries share the id).
 	var ids1 map[string]map[string]int
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for {
 		ids1 = consumedEvents(t, eventLog.String())
 		if len(ids1) >= actions || time.Now().After(deadline) {

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/exactonce/exactonce/client"
+	"github.com/exactonce/exactonce/internal/testkit"
 )
 
 // jwtAPI stands in for API Gateway with a JWT authorizer: a request whose
@@ -162,7 +163,7 @@ func TestBearerTokenRefreshedBeforeExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Poll (bounded) until tok-1 is inside its margin, then call again.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for src.calls.Load() < 2 && time.Now().Before(deadline) {
 		if _, err := c.GetAction(ctx, "a-1"); err != nil {
 			t.Fatal(err)
@@ -251,7 +252,7 @@ func TestBearerConcurrentCallsShareOneRefresh(t *testing.T) {
 			}
 			// Open the gate once every caller is waiting on the one fetch
 			// (bounded poll: the fetch counts itself before it waits).
-			for deadline := time.Now().Add(10 * time.Second); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(testkit.Patience); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("no token fetch started")
 				}
@@ -323,7 +324,7 @@ func TestBearerWaiterCanGiveUp(t *testing.T) {
 	c := client.New(api.URL, client.WithBearerToken(src.fetch))
 	first := make(chan error, 1)
 	go func() { _, err := c.GetAction(context.Background(), "a-1"); first <- err }()
-	for deadline := time.Now().Add(10 * time.Second); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no token fetch started")
 		}

@@ -185,7 +185,7 @@ func TestTwoRegions(t *testing.T) {
 		return out
 	}
 	var evB []eventbus.Event
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(50 * time.Millisecond) {
 		evB = localEvents(t, b.env)
 		if len(consumed(evB)) >= n || time.Now().After(deadline) {
 			break
