@@ -31,11 +31,12 @@ func main() {
 	unused := flag.String("unused", "e2e/unused.txt", "the reviewed list of policy statements no call is expected to use")
 	verbose := flag.Bool("v", false, "print the stack's own logs (stream reader) to stderr")
 	failFast := flag.Bool("failfast", false, "stop at the first failed check")
+	bin := flag.String("bin", "", "a folder holding every function of this checkout, already built (lambdaruntime.BuildAll); default: build them into ROOT/dist/e2e")
 	flag.Parse()
-	os.Exit(run(*tpl, *root, *unused, *verbose, *failFast))
+	os.Exit(run(*tpl, *root, *unused, *bin, *verbose, *failFast))
 }
 
-func run(tpl, root, unusedPath string, verbose, failFast bool) int {
+func run(tpl, root, unusedPath, bin string, verbose, failFast bool) int {
 	start := time.Now()
 	root, _ = filepath.Abs(root)
 	s := newSuite()
@@ -46,7 +47,7 @@ func run(tpl, root, unusedPath string, verbose, failFast bool) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	d, err := deployed.Start(ctx, deployed.Options{Template: tpl, Root: root, Callers: callerARNs(), Log: log})
+	d, err := deployed.Start(ctx, deployed.Options{Template: tpl, Root: root, BinDir: bin, Built: bin != "", Callers: callerARNs(), Log: log})
 	if err != nil {
 		fmt.Printf("FAIL start: %v\n", err)
 		fmt.Printf("e2e: 0 checks, 1 failed (the stack did not start); 0 functions; 0 calls authorized, 0 denied; unused unknown\n")

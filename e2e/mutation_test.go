@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/exactonce/exactonce/local/lambdaruntime"
 )
 
 // TestMutations changes the synthesized template in each of six ways the
@@ -29,6 +31,11 @@ func TestMutations(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "e2e")
 	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the suite: %v\n%s", err, b)
+	}
+	// The functions once for every mutation (the same checkout).
+	fns := t.TempDir()
+	if err := lambdaruntime.BuildAll("..", fns, "./functions/..."); err != nil {
+		t.Fatal(err)
 	}
 	slots := make(chan struct{}, 2) // two stacks at a time: the machine has 2 cores
 	for _, m := range []struct {
@@ -92,7 +99,7 @@ func TestMutations(t *testing.T) {
 			if err := os.WriteFile(mutated, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(bin, "-failfast", "-template", mutated, "-root", "..", "-unused", "e2e/unused.txt")
+			cmd := exec.Command(bin, "-failfast", "-template", mutated, "-root", "..", "-unused", "e2e/unused.txt", "-bin", fns)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) {

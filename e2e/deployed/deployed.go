@@ -51,6 +51,9 @@ type Options struct {
 	Template string // path of the synthesized template
 	Root     string // the repository (functions/ and .tools/)
 	BinDir   string // where the functions are built (default Root/dist/e2e)
+	// Built says BinDir already holds this checkout's functions, built by
+	// the caller (lambdaruntime.BuildAll) for several runs: none is built.
+	Built bool
 	// Callers maps an access key id of an API caller to its principal ARN
 	// (the IAM authorizer's answer for a SigV4 signature with that key).
 	Callers map[string]string
@@ -186,8 +189,10 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	}
 	sort.Strings(fnames)
 	sort.Strings(pkgs)
-	if err := lambdaruntime.BuildAll(o.Root, o.BinDir, pkgs...); err != nil {
-		return nil, err
+	if !o.Built {
+		if err := lambdaruntime.BuildAll(o.Root, o.BinDir, pkgs...); err != nil {
+			return nil, err
+		}
 	}
 	// Every function's key is known to the proxy before the first starts:
 	// the proxy serves a function's init calls (its secret) while the next
