@@ -155,6 +155,9 @@ func (r *Reader) Run(ctx context.Context) error {
 			r.wait(ctx, time.Second)
 			continue
 		}
+		// failed: a shard could not be opened or read in this pass, so the
+		// pass has not shown that nothing new is left (CaughtUp).
+		failed := false
 		for _, sh := range desc.StreamDescription.Shards {
 			id := aws.ToString(sh.ShardId)
 			parentDone := sh.ParentShardId == nil || done[*sh.ParentShardId] || !known(desc.StreamDescription.Shards, *sh.ParentShardId)
@@ -166,6 +169,8 @@ func (r *Reader) Run(ctx context.Context) error {
 			})
 			if err == nil {
 				iters[id] = it.ShardIterator
+			} else {
+				failed = true // asked again next pass
 			}
 		}
 		busy := false
@@ -175,6 +180,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			case err != nil && ctx.Err() != nil: // stopping: nothing failed
 				return ctx.Err()
 			case err != nil:
+				failed = true
 				r.Log.Warn("stream read failed", "shard", id, "error", err.Error())
 				r.wait(ctx, time.Second) // keep the iterator: the batch is read again
 			case next == nil:
@@ -186,7 +192,9 @@ func (r *Reader) Run(ctx context.Context) error {
 			busy = busy || got
 		}
 		if !busy {
-			r.idle.Add(1)
+			if !failed {
+				r.idle.Add(1)
+			}
 			r.wait(ctx, r.Poll)
 		}
 	}
@@ -194,7 +202,8 @@ func (r *Reader) Run(ctx context.Context) error {
 }
 
 // CaughtUp returns once the reader has gone through every shard and found
-// nothing new, in a pass that began after the call: every record written
+// nothing new, in a pass that began after the call and read every shard
+// (a pass in which a read failed does not count): every record written
 // before the call has then been handled or set aside. It returns ctx's error
 // if ctx ends first (a reader that is not running never catches up).
 func (r *Reader) CaughtUp(ctx context.Context) error {
