@@ -19,6 +19,10 @@ GOTEST_FLAGS ?= -count=1 -timeout 25m
 # inside its own kernel client (jsii.Initialize, a third-party module), and
 # infra/ has no concurrency of its own to check.
 RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
+# The bench's measuring tests (figures of make bench: throughput, latency,
+# cold starts, sizes, units) measure once, without the race detector, in a
+# step of their own; its correctness tests run under it with the rest.
+BENCH_MEASURES := ^(TestReport|TestUsesCost)$$
 
 CDK := .tools/node_modules/.bin/cdk
 # golangci-lint, pinned as a Go tool of its own module (tools/go.mod), so the
@@ -30,7 +34,7 @@ GOLANGCI_LINT := go tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 # root leaves them out, so vet, lint and test run in each of them too.
 LIBRARIES := client idempotency events
 
-.PHONY: help tools qemu run lint test e2e bench build fuzz synth diff deploy destroy clean
+.PHONY: help tools qemu run lint unit test e2e bench build fuzz synth diff deploy destroy clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -61,17 +65,44 @@ lint: ## run golangci-lint (pinned in tools/go.mod) with .golangci.yml, in the s
 	$(GOLANGCI_LINT) run ./...
 	for m in $(LIBRARIES); do (cd $$m && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
-test: $(TOOLS) ## run every test (vet and lint first, unit, integration against DynamoDB Local, race, fuzz seeds, then make e2e)
+# make unit: every package's fast tests, with -short: a test that needs
+# DynamoDB Local (Java) skips (testkit.DynamoDB), and so do the ones that
+# need node or the network; the Examples below run against DynamoDB Local
+# and cannot skip themselves, so -skip names them. infra/ is left out: every
+# test there synthesizes through jsii (node). No Java, Node or network needed.
+UNIT_SKIP := ^(Example|Example_apiGateway|Example_sqsBatch)$$
+UNIT_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
+
+unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a minute); make test runs everything
+	go test -short -count=1 -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
+	for m in $(LIBRARIES); do (cd $$m && go test -short -count=1 -skip '$(UNIT_SKIP)' ./...) || exit 1; done
+
+# make test: go vet, then three lanes at once (-j3; a lane's steps in order):
+# lint and the tagged vets; every package under the race detector; the
+# bench's figures (without it: they measure, make test only checks their
+# limits, on fewer actions), infra/ and make e2e. Much of each lane waits
+# (DynamoDB Local, node, timers), so they share the 2 cores better together
+# than one after another.
+test: $(TOOLS) ## run every test: go vet, then at once make lint; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, infra, then make e2e
 	go vet ./...
 	for m in $(LIBRARIES); do (cd $$m && go vet ./...) || exit 1; done
-	$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory -j3 -Oline test-lint test-race test-stack
+
+.PHONY: test-lint test-race test-stack
+test-lint:
+	@$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
-	go test -race $(GOTEST_FLAGS) $(RACE_PKGS)
+
+test-race:
+	go test -race $(GOTEST_FLAGS) -skip '$(BENCH_MEASURES)' $(RACE_PKGS)
 	for m in $(LIBRARIES); do (cd $$m && go test -race $(GOTEST_FLAGS) ./...) || exit 1; done
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
+
+test-stack: $(TOOLS)
+	EXACTONCE_BENCH_N=50 go test $(GOTEST_FLAGS) -run '$(BENCH_MEASURES)' ./bench
 	go test $(GOTEST_FLAGS) ./infra/...
-	$(MAKE) e2e
+	@$(MAKE) --no-print-directory e2e
 
 # make e2e runs the stack as a synthesized template defines it (e2e/), each
 # function from its own code asset. The template is synthesized with the

@@ -76,6 +76,7 @@ var routeParam = regexp.MustCompile(`^(/actions|/keys|/users)/[^/]+`)
 // openapi.yaml; then checks that every documented route and status was seen
 // (500 internal aside), and that the document lists exactly the API's routes.
 func TestResponsesMatchTheDocument(t *testing.T) {
+	t.Parallel()
 	v, doc := newValidator(t)
 	docs := documented(t, doc)
 
@@ -313,6 +314,7 @@ func TestResponsesMatchTheDocument(t *testing.T) {
 
 // TestServedDocument: the local server serves the document.
 func TestServedDocument(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	resp, err := http.Get(env.URL + "/openapi.yaml")
 	if err != nil {

@@ -193,3 +193,85 @@ func (p *PreviousRelease) Consume(ctx context.Context, id, reason string, now ti
 	}
 	return "", errors.New("bench: unclassified failure")
 }
+
+// Step is (a)'s consume (WriteThenRead) moved toward ExactOnce's one
+// difference at a time, on the same DynamoDB, so that the throughput
+// between the two designs can be taken apart (the report's breakdown). With
+// every field set it sends the request ExactOnce's store sends for a
+// consume without PIN, key set or Idempotency-Key, built by hand.
+type Step struct {
+	DB    *dynamodb.Client
+	Table string
+	// OneRequest: a failed condition returns the item it saw (ALL_OLD),
+	// classified from it, instead of a consistent read after it.
+	OneRequest bool
+	// Guards: ExactOnce's whole condition: also not expired by the sweeper,
+	// no PIN, not a multi-use action, under no key set.
+	Guards bool
+	// Record: the write also stores which call consumed (its key,
+	// fingerprint and request id) and moves the TTL to retention after now.
+	Record bool
+	// Answer: ReturnValues=ALL_NEW, decoded: the action as written, which
+	// the API answers with (it opens the payload from it).
+	Answer bool
+}
+
+// Consume consumes id as the call key at now.
+func (s *Step) Consume(ctx context.Context, key, id, reason string, now time.Time) (Outcome, error) {
+	in := &dynamodb.UpdateItemInput{
+		TableName:        &s.Table,
+		Key:              map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}},
+		UpdateExpression: aws.String("SET consumedAt = :now, consumedReason = :reason"),
+		ConditionExpression: aws.String("attribute_exists(actionId) AND attribute_not_exists(consumedAt)" +
+			" AND attribute_not_exists(canceledAt) AND activeAtMs <= :nowMs AND expiresAtMs > :nowMs"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now":    &types.AttributeValueMemberS{Value: store.FormatTime(now)},
+			":reason": &types.AttributeValueMemberS{Value: reason},
+			":nowMs":  &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
+		},
+	}
+	if s.OneRequest {
+		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	}
+	if s.Guards {
+		*in.ConditionExpression += " AND attribute_not_exists(expiredAt) AND attribute_not_exists(pinHash)" +
+			" AND attribute_not_exists(maxUses) AND attribute_not_exists(keyId)"
+	}
+	if s.Record {
+		*in.UpdateExpression += ", consumeKey = :key, consumeFingerprint = :fp, consumeRequestId = :req, #ttl = :ttl"
+		in.ExpressionAttributeNames = map[string]string{"#ttl": "ttl"}
+		in.ExpressionAttributeValues[":key"] = &types.AttributeValueMemberS{Value: key}
+		in.ExpressionAttributeValues[":fp"] = &types.AttributeValueMemberS{Value: "fp"}
+		in.ExpressionAttributeValues[":req"] = &types.AttributeValueMemberS{Value: key}
+		in.ExpressionAttributeValues[":ttl"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(store.DefaultRetention).Unix(), 10)}
+	}
+	if s.Answer {
+		in.ReturnValues = types.ReturnValueAllNew
+	}
+	out, err := s.DB.UpdateItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		if s.Answer {
+			if _, err := store.Decode(out.Attributes); err != nil {
+				return "", err
+			}
+		}
+		return "consumed", nil
+	case !errors.As(err, &ccf):
+		return "", err
+	case !s.OneRequest:
+		return (&WriteThenRead{DB: s.DB, Table: s.Table}).mapConditionalFailure(ctx, id, now)
+	}
+	var old *action.Action
+	if ccf.Item != nil {
+		if old, err = store.Decode(ccf.Item); err != nil {
+			return "", err
+		}
+	}
+	var rej *action.Rejection
+	if err := action.ClassifyConsume(old, action.Attempt{Now: now}); errors.As(err, &rej) {
+		return Outcome(rej.Code), nil
+	}
+	return "", errors.New("bench: unclassified failure")
+}

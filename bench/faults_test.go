@@ -49,9 +49,10 @@ func (k *keyRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
 // every retried call keeps its outcome, and every consumed action gets
 // exactly one action.consumed event id — none lost.
 func TestLoadWithFaults(t *testing.T) {
+	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	const actions, workers = 1000, 32
 	rates := faults.Rates{Throttle: 0.05, ServerError: 0.03, DropAfter: 0.05}
-	dbProxy, err := faults.Start(testkit.Endpoint, rates, 1, "UpdateItem", "GetItem")
+	dbProxy, err := faults.Start(testkit.DynamoDB(t), rates, 1, "UpdateItem", "GetItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestLoadWithFaults(t *testing.T) {
 	})
 
 	rec := &keyRecorder{attempts: map[string]int{}}
-	c := client.New(env.URL, client.WithHTTPClient(&http.Client{Transport: rec, Timeout: 30 * time.Second}),
+	c := client.New(env.URL, client.WithHTTPClient(&http.Client{Transport: rec, Timeout: testkit.Patience}),
 		client.WithRetry(client.Retry{MaxAttempts: 8, BaseDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond}))
 	ctx := context.Background()
 	start := time.Now()
@@ -138,7 +139,7 @@ func TestLoadWithFaults(t *testing.T) {
 	}
 
 	// The table, read past the proxy: every action consumed once.
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	for _, id := range ids {
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(env.Table), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}})
@@ -150,7 +151,7 @@ func TestLoadWithFaults(t *testing.T) {
 	// Events: each consumed action exactly one event id, however often the
 	// publisher had to retry PutEvents (duplicate deliveries share the id).
 	var ids1 map[string]map[string]int
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for {
 		ids1 = consumedEvents(t, eventLog.String())
 		if len(ids1) >= actions || time.Now().After(deadline) {

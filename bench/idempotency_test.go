@@ -40,6 +40,7 @@ type libraryRow struct {
 // TestIdempotencyRequests ./bench, with EXACTONCE_BENCH_OUT to write
 // idempotency.md and idempotency.json there).
 func TestIdempotencyRequests(t *testing.T) {
+	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	rows := libraryRequests(t)
 	want := map[string]int{"first execution": 2, "replay": 1, "replay from the cache": 0, "in progress": 1, "payload mismatch": 1, "takeover (lease lapsed)": 2, "failure (released)": 2}
 	for _, r := range rows {
@@ -77,7 +78,7 @@ func libraryMarkdown(rows []libraryRow) string {
 }
 
 func libraryRequests(t *testing.T) []libraryRow {
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	db := dynamodb.NewFromConfig(cfg)

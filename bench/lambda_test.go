@@ -48,13 +48,14 @@ var (
 )
 
 func setup(tb testing.TB) *lambdaEnv {
+	testkit.DynamoDB(tb) // skips under -short, before the Once
 	envOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "exactonce-bench")
 		if err != nil {
 			envErr = err
 			return
 		}
-		vars, err := testkit.LambdaEnv("bench-lambda")
+		vars, err := testkit.LambdaEnv(tb, "bench-lambda")
 		if err != nil {
 			envErr = err
 			return
@@ -184,6 +185,7 @@ func BenchmarkWarmConsume(b *testing.B) {
 // TestHarness keeps the benchmarks honest: both builds start, and traced
 // and untraced consume answer the same.
 func TestHarness(t *testing.T) {
+	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	e := setup(t)
 	for _, v := range variants {
 		create, consume := e.start(t, v, "create"), e.start(t, v, "consume")

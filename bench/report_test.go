@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,13 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/exactonce/exactonce/internal/testkit"
@@ -58,6 +56,7 @@ type report struct {
 	N        int             `json:"n"`
 	Requests []requestRow    `json:"requestsPerOutcome"`
 	Designs  []designRow     `json:"designs"`
+	Steps    []stepRow       `json:"consumeBreakdown"`
 	Latency  []latencyRow    `json:"latency"`
 	Init     []initRow       `json:"coldStart"`
 	Zips     map[string]int  `json:"zippedBytes"`
@@ -81,8 +80,18 @@ type designRow struct {
 	// Requests per consume outcome, counted at the SDK's HTTP client.
 	Consumed, Replay, AlreadyUsed, Expired, Canceled, NotActive, NotFound int
 	// Writes and reads among them for a first consume and a duplicate.
-	OpsPerSecond float64 `json:"opsPerSecond"` // first consume + a duplicate each, 8 workers
+	// Throughput, first consume + a duplicate each, 8 workers: the median
+	// over the rounds, and ours over this design's in the same round
+	// (median, min, max over the rounds).
+	OpsPerSecond float64 `json:"opsPerSecond"`
 	Ratio        float64 `json:"oursOverTheirs"`
+	RatioMin     float64 `json:"oursOverTheirsMin"`
+	RatioMax     float64 `json:"oursOverTheirsMax"`
+	Rounds       int     `json:"rounds"`
+	// The unmeasured warm-up run: fixed order, ExactOnce first on a fresh
+	// client (how the comparison was measured before the rounds).
+	WarmupOpsPerSecond float64 `json:"warmupOpsPerSecond"`
+	WarmupRatio        float64 `json:"warmupOursOverTheirs"`
 	// Units of a successful first consume, as DynamoDB reported them
 	// (ReturnConsumedCapacity=INDEXES): writes to the table and to its
 	// indexes, reads.
@@ -166,7 +175,7 @@ func TestReport(t *testing.T) {
 		}
 	}
 	r.Sweeper = sweeperCosts(t, env) // first: DynamoDB Local slows down as the later parts fill it
-	r.Designs = designs(t, env, n)
+	r.Designs, r.Steps = designs(t, env, n)
 	r.Latency = latency(t, env, n)
 	r.Pub = publisher(t)
 	r.Zips = zips(t)
@@ -303,155 +312,6 @@ func requestsPerOutcome(t *testing.T, env *testkit.Env) []requestRow {
 	return rows
 }
 
-// designs counts requests per consume outcome for ExactOnce and the two
-// alternatives on the same table, and compares their throughput.
-func designs(t *testing.T, env *testkit.Env, n int) []designRow {
-	ctx := context.Background()
-	cfg := config.Local(testkit.Endpoint)
-	counter := testkit.NewCounter(cfg.HTTPClient)
-	cfg.HTTPClient = counter
-	capacity := testkit.NewCapacity()
-	capacity.Attach(&cfg)
-	db := dynamodb.NewFromConfig(cfg)
-	st := store.New(db, env.Table, store.Options{})
-	idem := env.Table + "-idem"
-	if err := CreateIdemTable(ctx, db, idem); err != nil {
-		t.Fatal(err)
-	}
-	wtr := &WriteThenRead{DB: db, Table: env.Table}
-	claim := &ClaimRecord{DB: db, IdemTable: idem, Op: wtr}
-	prev := &PreviousRelease{DB: db, Table: env.Table}
-
-	now := time.Now()
-	mk := func(id string, mut func(*action.Action)) {
-		a := &action.Action{ID: id, UserID: "u", ActiveAt: action.Millis(now.Add(-time.Minute)), ExpiresAt: action.Millis(now.Add(time.Hour)), CreatedAt: action.Millis(now)}
-		if mut != nil {
-			mut(a)
-		}
-		if _, err := st.Create(ctx, a, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	total := func() int {
-		s := 0
-		for _, c := range counter.Take() {
-			s += c
-		}
-		return s
-	}
-	// consume runs one design's consume: key is the logical call's key.
-	type consumeFn func(key, id string) Outcome
-	ours := func(key, id string) Outcome {
-		_, err := st.Consume(ctx, id, store.Consume{Reason: "b", Write: action.Write{Key: key, Fingerprint: "fp", RequestID: key}, Fingerprints: []string{"fp"}, Now: time.Now()})
-		var rej *action.Rejection
-		var rep *action.Replay
-		switch {
-		case err == nil, errors.As(err, &rep):
-			return "consumed"
-		case errors.As(err, &rej):
-			return Outcome(rej.Code)
-		}
-		t.Fatal(err)
-		return ""
-	}
-	a := func(key, id string) Outcome {
-		o, err := wtr.Consume(ctx, id, "b", time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	b := func(key, id string) Outcome {
-		o, err := claim.Consume(ctx, key, id, "b", time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	previous := func(key, id string) Outcome {
-		o, err := prev.Consume(ctx, id, "b", time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	var rows []designRow
-	for _, d := range []struct {
-		name string
-		fn   consumeFn
-		// forgets: the design keeps no record of a call, so a retry is
-		// answered like a second consume.
-		forgets bool
-		// unindexed: the actions are not in the expiry index (the
-		// alternatives keep none).
-		unindexed bool
-	}{
-		{"ExactOnce (one conditional write, ALL_OLD)", ours, false, false},
-		{"ExactOnce, previous release (the write also removed expShard)", previous, true, false},
-		{"(a) write, then read on failure (seed 000)", a, true, true},
-		{"(b) claim record + complete + get (seed 001, Powertools)", b, false, true},
-	} {
-		p := fmt.Sprintf("d%d-", len(rows))
-		mk(p+"fresh", nil)
-		mk(p+"canceled", nil)
-		if _, err := st.Cancel(ctx, p+"canceled", store.Cancel{Now: now}); err != nil {
-			t.Fatal(err)
-		}
-		mk(p+"pending", func(x *action.Action) {
-			x.ActiveAt = action.Millis(now.Add(time.Hour))
-			x.ExpiresAt = action.Millis(now.Add(2 * time.Hour))
-		})
-		mk(p+"expired", func(x *action.Action) { x.ExpiresAt = action.Millis(now.Add(-time.Second)) })
-		counter.Take()
-		capacity.Take()
-		row := designRow{Design: d.name}
-		count := func(want Outcome, key, id string) int {
-			if got := d.fn(key, id); got != want && !(want == "replay" && (got == "consumed" || d.forgets && got == "already_used")) {
-				t.Errorf("%s: %s got %s, want %s", d.name, id, got, want)
-			}
-			return total()
-		}
-		row.Consumed = count("consumed", p+"k1", p+"fresh")
-		row.TableWrites, row.IndexWrites, row.Reads = splitUnits(capacity.Take())
-		row.Replay = count("replay", p+"k1", p+"fresh") // (a) has no memory of the call: it answers already_used
-		row.AlreadyUsed = count("already_used", p+"k2", p+"fresh")
-		row.Expired = count("expired", p+"k3", p+"expired")
-		row.Canceled = count("canceled", p+"k4", p+"canceled")
-		row.NotActive = count("not_active", p+"k5", p+"pending")
-		row.NotFound = count("action_not_found", p+"k6", p+"none")
-		capacity.Take()
-
-		// Throughput: n fresh actions, each consumed by two calls (the
-		// second is a duplicate with its own key), 8 workers.
-		ids := make([]string, n)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("%stp-%d", p, i)
-			mk(ids[i], nil)
-			if d.unindexed {
-				unindex(t, db, env.Table, ids[i])
-			}
-		}
-		work := append(append([]string(nil), ids...), ids...)
-		start := time.Now()
-		var seq sync.Map
-		parallel(8, work, func(id string) {
-			k := id + "-1"
-			if _, loaded := seq.LoadOrStore(id, true); loaded {
-				k = id + "-2"
-			}
-			d.fn(k, id)
-		})
-		row.OpsPerSecond = float64(len(work)) / time.Since(start).Seconds()
-		counter.Take()
-		capacity.Take()
-		rows = append(rows, row)
-	}
-	for i := range rows {
-		rows[i].Ratio = rows[0].OpsPerSecond / rows[i].OpsPerSecond
-	}
-	return rows
-}
-
 // splitUnits sums units by kind: table writes, index writes, reads (of
 // the table and of indexes).
 func splitUnits(ops map[string]testkit.Units) (tableWrites, indexWrites, reads float64) {
@@ -467,29 +327,21 @@ func splitUnits(ops map[string]testkit.Units) (tableWrites, indexWrites, reads f
 	return tableWrites, indexWrites, reads
 }
 
-// unindexed takes an action out of the expiry index (setup, not measured).
-func unindex(t *testing.T, db *dynamodb.Client, table, id string) {
-	_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName: &table, Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}},
-		UpdateExpression: aws.String("REMOVE expShard"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // latency measures consume through the local API (HTTP client → adapter →
 // handler → DynamoDB Local) and the store's UpdateItem alone, at 1, 8 and
 // 64 concurrent clients, each on its own fresh actions.
 func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	direct := store.New(db, env.Table, store.Options{})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	var rows []latencyRow
 	for _, conc := range []int{1, 8, 64} {
 		for _, path := range []string{"HTTP API", "store"} {
-			ids := make([]string, n)
+			// The first 2×conc consumes warm the clients (conc connections
+			// open) and are not measured.
+			warm := 2 * conc
+			ids := make([]string, warm+n)
 			now := time.Now()
 			for i := range ids {
 				ids[i] = fmt.Sprintf("lat-%s-%d-%d", strings.ReplaceAll(path, " ", ""), conc, i)
@@ -500,8 +352,8 @@ func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 			}
 			var mu sync.Mutex
 			lat := make([]float64, 0, n)
-			start := time.Now()
-			parallel(conc, ids, func(id string) {
+			var measuring atomic.Bool
+			consume := func(id string) {
 				t0 := time.Now()
 				if path == "store" {
 					if _, err := direct.Consume(ctx, id, store.Consume{Write: action.Write{RequestID: id}, Now: time.Now()}); err != nil {
@@ -517,11 +369,18 @@ func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 						resp.Body.Close()
 					}
 				}
+				if !measuring.Load() {
+					return
+				}
 				d := float64(time.Since(t0).Microseconds()) / 1000
 				mu.Lock()
 				lat = append(lat, d)
 				mu.Unlock()
-			})
+			}
+			parallel(conc, ids[:warm], consume)
+			measuring.Store(true)
+			start := time.Now()
+			parallel(conc, ids[warm:], consume)
 			elapsed := time.Since(start)
 			slices.Sort(lat)
 			rows = append(rows, latencyRow{Path: path, Concurrency: conc, P50ms: pct(lat, 0.50), P99ms: pct(lat, 0.99), OpsPerSec: float64(n) / elapsed.Seconds()})
@@ -676,13 +535,38 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %d | %d %s |\n", x.Route, x.Outcome, x.Status, x.Total, opsString(x.Requests))
 	}
 	b.WriteString("\n## Consume: ExactOnce against the two alternatives (same DynamoDB Local, same rules)\n\n")
-	b.WriteString("| design | consumed | replay (same key) | already used | expired | canceled | not active | not found | ops/s (8 workers, 1st + duplicate) | ours ÷ theirs |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	rounds := 0
+	if len(r.Designs) > 0 {
+		rounds = r.Designs[0].Rounds
+	}
+	fmt.Fprintf(&b, "| design | consumed | replay (same key) | already used | expired | canceled | not active | not found | ops/s (8 workers, 1st + duplicate; median of %d rounds) | ours ÷ theirs (median of the rounds' ratios, min–max) |\n|---|---|---|---|---|---|---|---|---|---|\n", rounds)
 	for _, x := range r.Designs {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %.0f | %.2f |\n", x.Design, x.Consumed, x.Replay, x.AlreadyUsed, x.Expired, x.Canceled, x.NotActive, x.NotFound, x.OpsPerSecond, x.Ratio)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %.0f | %.2f (%.2f–%.2f) |\n", x.Design, x.Consumed, x.Replay, x.AlreadyUsed, x.Expired, x.Canceled, x.NotActive, x.NotFound, x.OpsPerSecond, x.Ratio, x.RatioMin, x.RatioMax)
 	}
 	b.WriteString("\n(a) cannot tell a retried consume from a second one: its replay answers `already_used`. " +
-		"Throughput is DynamoDB Local's on this machine and varies from run to run; what a design costs comes from its units below, not from it.\n")
-	b.WriteString("\n## Consume latency: through the local API vs the store's UpdateItem alone\n\n| path | clients | p50 ms | p99 ms | ops/s |\n|---|---|---|---|---|\n")
+		"Throughput is DynamoDB Local's on this machine and varies from run to run; what a design costs comes from its units below, not from it. " +
+		"Each round runs every design (and every step below) once, on fresh actions, after an unmeasured warm-up round (connections open, DynamoDB Local's code paths compiled); " +
+		"the order is rotated each round, so each runs in every position; a ratio compares runs of the same round.")
+	if len(r.Designs) > 0 {
+		b.WriteString(" The warm-up, measured the way this comparison was before (each design once, in the table's order, ExactOnce first on a fresh client), gave ours ÷ theirs")
+		for i, x := range r.Designs[1:] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %.2f (%.0f ops/s)", sep, x.WarmupRatio, x.WarmupOpsPerSecond)
+		}
+		fmt.Fprintf(&b, ", ExactOnce at %.0f ops/s.", r.Designs[0].WarmupOpsPerSecond)
+	}
+	b.WriteString("\n")
+	b.WriteString("\n## Consume: from (a) to ExactOnce, one difference at a time (same rounds)\n\n" +
+		"Per pair (a first consume and a duplicate): DynamoDB requests, request and response body bytes, CPU time of DynamoDB Local and of this process (the SDK client and the design's code), summed over the rounds; then ops/s (median) and ÷ (a) (median of the rounds' ratios, min–max).\n\n" +
+		"| step | requests | body bytes | DynamoDB Local CPU ms | client CPU ms | ops/s | ÷ (a) |\n|---|---|---|---|---|---|---|\n")
+	for _, x := range r.Steps {
+		fmt.Fprintf(&b, "| %s | %.2f | %.0f | %.3f | %.3f | %.0f | %.2f (%.2f–%.2f) |\n", x.Step, x.Requests, x.Bytes, x.LocalMs, x.ClientMs, x.OpsPerSecond, x.OverA, x.OverAMin, x.OverAMax)
+	}
+	b.WriteString("\n## Consume latency: through the local API vs the store's UpdateItem alone\n\n" +
+		"Each row after 2 × clients unmeasured consumes on the same client (its connections open).\n\n| path | clients | p50 ms | p99 ms | ops/s |\n|---|---|---|---|---|\n")
 	for _, x := range r.Latency {
 		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.0f |\n", x.Path, x.Concurrency, x.P50ms, x.P99ms, x.OpsPerSec)
 	}

@@ -57,12 +57,12 @@ func sweeperCosts(t *testing.T, env *testkit.Env) sweeperCost {
 	ctx := context.Background()
 	const n = 1000
 	table := env.Table + "-sweep"
-	plain := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	plain := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	if err := store.CreateTable(ctx, plain, table); err != nil {
 		t.Fatal(err)
 	}
 	setup := store.New(plain, table, store.Options{})
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	capacity := testkit.NewCapacity()

@@ -113,6 +113,7 @@ func fastRetry() client.Option {
 // Bearer <token>"; a token that is far from its expiry is fetched once for
 // many calls, and one with no expiry is kept until the API refuses it.
 func TestBearerTokenIsSentAndReused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		life func(int64) time.Duration
@@ -145,6 +146,7 @@ func TestBearerTokenIsSentAndReused(t *testing.T) {
 // refresh margin (client.TokenRefreshMargin) is replaced before a request
 // is sent, so the API never sees it expire (no 401 on the way).
 func TestBearerTokenRefreshedBeforeExpiry(t *testing.T) {
+	t.Parallel()
 	api := newJWTAPI(t, "tok-1", "tok-2")
 	// tok-1 expires after the margin has begun: usable for the first call,
 	// but not to be sent again; tok-2 lives an hour.
@@ -160,7 +162,7 @@ func TestBearerTokenRefreshedBeforeExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Poll (bounded) until tok-1 is inside its margin, then call again.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(patience)
 	for src.calls.Load() < 2 && time.Now().Before(deadline) {
 		if _, err := c.GetAction(ctx, "a-1"); err != nil {
 			t.Fatal(err)
@@ -186,6 +188,7 @@ func TestBearerTokenRefreshedBeforeExpiry(t *testing.T) {
 // the answer (ErrUnauthorized), not retried further. No error text carries
 // a token.
 func TestBearer401RefreshesOnceAndRetriesTheSameCall(t *testing.T) {
+	t.Parallel()
 	t.Run("the new token is taken", func(t *testing.T) {
 		api := newJWTAPI(t, "tok-2") // tok-1 is refused although it has an hour left
 		src := &tokens{life: hour}
@@ -229,6 +232,7 @@ func TestBearer401RefreshesOnceAndRetriesTheSameCall(t *testing.T) {
 // fetch of the token; when the API starts refusing that token, the calls
 // that got 401 share one refresh too (each retries with the new token).
 func TestBearerConcurrentCallsShareOneRefresh(t *testing.T) {
+	t.Parallel()
 	const callers, rounds = 32, 20
 	fetches, retried := 0, 0
 	for round := range rounds {
@@ -247,7 +251,7 @@ func TestBearerConcurrentCallsShareOneRefresh(t *testing.T) {
 			}
 			// Open the gate once every caller is waiting on the one fetch
 			// (bounded poll: the fetch counts itself before it waits).
-			for deadline := time.Now().Add(10 * time.Second); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(patience); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("no token fetch started")
 				}
@@ -287,6 +291,7 @@ func TestBearerConcurrentCallsShareOneRefresh(t *testing.T) {
 // TestBearerTokenSourceFailure: a token source that fails sends nothing and
 // is not retried as if the API had not answered; its error is wrapped.
 func TestBearerTokenSourceFailure(t *testing.T) {
+	t.Parallel()
 	api := newJWTAPI(t, "tok-1")
 	idp := errors.New("issuer unreachable")
 	src := &tokens{err: idp}
@@ -312,12 +317,13 @@ func TestBearerTokenSourceFailure(t *testing.T) {
 // TestBearerWaiterCanGiveUp: a call waiting for another call's token fetch
 // returns when its own context ends; the fetch goes on for the others.
 func TestBearerWaiterCanGiveUp(t *testing.T) {
+	t.Parallel()
 	api := newJWTAPI(t, "tok-1")
 	src := &tokens{life: hour, gate: make(chan struct{})}
 	c := client.New(api.URL, client.WithBearerToken(src.fetch))
 	first := make(chan error, 1)
 	go func() { _, err := c.GetAction(context.Background(), "a-1"); first <- err }()
-	for deadline := time.Now().Add(10 * time.Second); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(patience); src.calls.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no token fetch started")
 		}
@@ -346,6 +352,7 @@ func TestBearerWaiterCanGiveUp(t *testing.T) {
 // TestBearerReplacesSigV4: the last of WithSigV4 and WithBearerToken is the
 // one used (an API has one authorizer).
 func TestBearerReplacesSigV4(t *testing.T) {
+	t.Parallel()
 	api := newJWTAPI(t, "tok-1")
 	src := &tokens{life: hour}
 	c := client.New(api.URL, client.WithSigV4(aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}), client.WithBearerToken(src.fetch))
@@ -356,3 +363,7 @@ func TestBearerReplacesSigV4(t *testing.T) {
 		t.Errorf("Authorization %q, want the bearer token alone", r.auth)
 	}
 }
+
+// patience bounds a test's wait for a condition: long enough for a busy
+// machine, short enough to fail a test whose condition never comes.
+const patience = 30 * time.Second

@@ -7,20 +7,52 @@ import (
 )
 
 // TestReadmeSaysWhatMakeTestRuns: the README's line for `make test` names
-// the make target its recipe ends with (today `make e2e`, which synthesizes
-// the stack and runs it here): a reader who sees it run should know it
-// belongs.
+// every make target its recipe runs, directly or through the lanes it runs
+// at once (make test-*; today make lint, and make e2e, which synthesizes
+// the stack and runs it here), says that the lanes run at once, and says
+// "then make X" of a target that ends a lane (today make e2e): a reader who
+// sees them run should know they belong, and what comes last.
 func TestReadmeSaysWhatMakeTestRuns(t *testing.T) {
-	makefile := readFile(t, "Makefile")
-	recipe := regexp.MustCompile(`(?m)^test:.*\n((?:\t.*\n)+)`).FindStringSubmatch(makefile)
-	if recipe == nil {
+	recipes := map[string][]string{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):.*\n((?:\t.*\n)+)`).FindAllStringSubmatch(readFile(t, "Makefile"), -1) {
+		recipes[m[1]] = strings.Split(strings.TrimRight(m[2], "\n"), "\n")
+	}
+	if recipes["test"] == nil {
 		t.Fatal("Makefile: no test recipe")
 	}
-	lines := strings.Split(strings.TrimRight(recipe[1], "\n"), "\n")
-	last := strings.TrimSpace(lines[len(lines)-1])
-	sub := regexp.MustCompile(`^\$\(MAKE\)\s+(\S+)`).FindStringSubmatch(last)
-	if sub == nil {
-		t.Fatalf("make test no longer ends with another make target (%q): say in the README's line what it ends with, and update this test", last)
+	// The targets a recipe runs: the words after $(MAKE) that are not flags;
+	// a lane (test-*) is followed into its own recipe. last: the targets
+	// that are the last step of the recipe that runs them.
+	var named, last []string
+	lanes := 0
+	var walk func(target string)
+	walk = func(target string) {
+		for i, line := range recipes[target] {
+			_, after, ok := strings.Cut(line, "$(MAKE)")
+			if !ok {
+				continue
+			}
+			for _, w := range strings.Fields(after) {
+				switch {
+				case strings.HasPrefix(w, "-"):
+				case strings.HasPrefix(w, "test-"):
+					if recipes[w] == nil {
+						t.Fatalf("Makefile: make test runs %s, which has no recipe", w)
+					}
+					lanes++
+					walk(w)
+				default:
+					named = append(named, w)
+					if i == len(recipes[target])-1 {
+						last = append(last, w)
+					}
+				}
+			}
+		}
+	}
+	walk("test")
+	if len(named) == 0 {
+		t.Fatal("make test runs no other make target: update this test (it reads the Makefile's test recipe and its test-* lanes)")
 	}
 	var line string
 	for _, l := range strings.Split(readFile(t, "README.md"), "\n") {
@@ -32,7 +64,17 @@ func TestReadmeSaysWhatMakeTestRuns(t *testing.T) {
 	if line == "" {
 		t.Fatal("README.md: no line for make test")
 	}
-	if !strings.Contains(line, "make "+sub[1]) {
-		t.Errorf("README.md's line for make test does not say it ends with make %s (its recipe's last step):\n%s", sub[1], line)
+	for _, target := range named {
+		if !strings.Contains(line, "make "+target) {
+			t.Errorf("README.md's line for make test does not name make %s, which it runs:\n%s", target, line)
+		}
+	}
+	for _, target := range last {
+		if !strings.Contains(line, "then make "+target) {
+			t.Errorf("README.md's line for make test does not say \"then make %s\" (the last step of its lane):\n%s", target, line)
+		}
+	}
+	if lanes > 1 && !strings.Contains(line, "at once") {
+		t.Errorf("README.md's line for make test does not say that its %d lanes run at once:\n%s", lanes, line)
 	}
 }

@@ -417,37 +417,46 @@ func startLocal(t *testing.T, root string, env map[string]string) *localServer {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait(); close(l.done) }()
+	// A test that fails before its stopAll leaves no make run behind.
+	t.Cleanup(func() { l.stop(t) })
 	deadline := time.Now().Add(4 * time.Minute) // a first build on a loaded machine
-	for l.port == "" {
-		if m := bannerURL.FindStringSubmatch(l.output()); m != nil {
-			l.port = m[1]
-			break
-		}
-		select {
-		case <-l.done:
-			t.Fatalf("make run ended: %s", l.output())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			l.stop(t)
-			t.Fatalf("make run did not print its URL: %s", l.output())
-		}
-	}
+	// The banner is printed a line at a time: its try: line, the last, may
+	// come well after the URL on a loaded machine.
+	l.port = l.await(t, bannerURL, deadline, "its URL")[1]
+	try := l.await(t, tryLine, deadline, "a try: line")
 	// The banner's first request works in the server's mode (with tenants
 	// on, it names a caller the map places). Not sent to the plain server:
 	// the docs' figures count what is in its table.
 	if len(env) == 0 {
 		return l
 	}
-	try := regexp.MustCompile(`(?m)^  try: (curl .*)$`).FindStringSubmatch(l.output())
-	if try == nil {
-		t.Fatalf("make run printed no try: line:\n%s", l.output())
-	}
 	out, err := exec.Command("sh", "-c", "curl() { command curl -w '\n@@STATUS %{http_code}' \"$@\"; }\n"+try[1]).Output()
 	if err != nil || !strings.HasSuffix(string(out), "@@STATUS 201") {
 		t.Errorf("the banner's try line (env %v) answered %v %s, want 201", env, err, out)
 	}
 	return l
+}
+
+var tryLine = regexp.MustCompile(`(?m)^  try: (curl .*)\n`)
+
+// await polls what make run printed until re matches (returning its
+// submatches), failing the test when make run ends or deadline passes first.
+func (l *localServer) await(t *testing.T, re *regexp.Regexp, deadline time.Time, what string) []string {
+	t.Helper()
+	for {
+		if m := re.FindStringSubmatch(l.output()); m != nil {
+			return m
+		}
+		select {
+		case <-l.done:
+			t.Fatalf("make run ended before it printed %s: %s", what, l.output())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			l.stop(t)
+			t.Fatalf("make run did not print %s: %s", what, l.output())
+		}
+	}
 }
 
 // stop is Ctrl-C: SIGINT to the process group; make must end with status 0.

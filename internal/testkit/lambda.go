@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
+	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -43,8 +44,10 @@ func FakeSecretsManager(secret string, calls *atomic.Int32) *httptest.Server {
 // the environment (KEY=value) a function's main needs to serve from it: the
 // table, a plain server secret (no Secrets Manager), a region, dummy
 // credentials and the DynamoDB endpoint. Later entries appended to it win.
-func LambdaEnv(table string) ([]string, error) {
-	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(config.Local(Endpoint)), table); err != nil {
+// Under -short it skips t (DynamoDB).
+func LambdaEnv(t testing.TB, table string) ([]string, error) {
+	t.Helper()
+	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(config.Local(DynamoDB(t))), table); err != nil {
 		return nil, err
 	}
 	return []string{

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,12 +32,19 @@ import (
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
-// Endpoint is the DynamoDB Local of this test binary, set by Main.
+// Endpoint is the DynamoDB Local of this test binary, set by Main; empty
+// under -short. A test that reaches it other than through NewEnv or
+// LambdaEnv calls DynamoDB first.
 var Endpoint string
 
 // Main starts DynamoDB Local (or reuses $EXACTONCE_TEST_DYNAMODB_ENDPOINT),
-// runs the tests and stops it. Use it as TestMain.
+// runs the tests and stops it. Use it as TestMain. Under -short (make unit)
+// it starts nothing, and the tests that need DynamoDB Local skip (DynamoDB).
 func Main(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	endpoint, stop, err := dynamodblocal.ForTests()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
@@ -46,6 +54,16 @@ func Main(m *testing.M) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
+}
+
+// DynamoDB returns Endpoint, the test binary's DynamoDB Local; under -short
+// (make unit: no Java needed) it skips t instead.
+func DynamoDB(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs DynamoDB Local (Java)")
+	}
+	return Endpoint
 }
 
 // Counter counts the DynamoDB requests that cross the SDK's HTTP client, by
@@ -104,7 +122,7 @@ func WithEvents(o *server.Options) { o.Events = true; o.EventLog = io.Discard }
 // NewEnv starts a local server on its own table (named after the test).
 func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	t.Helper()
-	cfg := config.Local(Endpoint)
+	cfg := config.Local(DynamoDB(t))
 	counter := NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	capacity := NewCapacity()
@@ -138,6 +156,18 @@ func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	capacity.Take()
 	env.URL = hs.URL
 	return env
+}
+
+// Settled waits, up to Patience, until the stream publisher has handled
+// every write made before the call (WithEvents): from then on, what the bus
+// holds for them is final, so a test can say that nothing more comes.
+func (e *Env) Settled(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	if err := e.Stream.CaughtUp(ctx); err != nil {
+		t.Fatalf("the stream publisher did not catch up within %s: %v", Patience, err)
+	}
 }
 
 // Shift moves the server's clock by d from now on (it starts at real time).

@@ -4,14 +4,18 @@
 package dynamodblocal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -21,6 +25,9 @@ const EnvDir = "EXACTONCE_DYNAMODB_LOCAL_DIR"
 
 // EnvEndpoint makes tests reuse a running DynamoDB Local instead of starting one.
 const EnvEndpoint = "EXACTONCE_TEST_DYNAMODB_ENDPOINT"
+
+// startWithin bounds how long Start waits for DynamoDB Local to listen.
+const startWithin = 3 * time.Minute
 
 // Instance is a running DynamoDB Local.
 type Instance struct {
@@ -35,7 +42,7 @@ type Options struct {
 	Port    int    // 0 picks a free port
 }
 
-// Start launches DynamoDB Local and waits until it accepts connections.
+// Start launches DynamoDB Local and waits until it answers as DynamoDB.
 func Start(ctx context.Context, opt Options) (*Instance, error) {
 	dir, err := FindDir()
 	if err != nil {
@@ -44,8 +51,22 @@ func Start(ctx context.Context, opt Options) (*Instance, error) {
 	if _, err := exec.LookPath("java"); err != nil {
 		return nil, errors.New("dynamodblocal: java is not installed (apt-get install -y openjdk-17-jre-headless)")
 	}
+	for tries := 1; ; tries++ {
+		in, err := start(ctx, dir, opt)
+		// A free port is free when picked, not when java binds it seconds
+		// later: on a busy machine another server may take it first.
+		if !errors.Is(err, errPortTaken) || opt.Port != 0 || tries == 5 {
+			return in, err
+		}
+	}
+}
+
+var errPortTaken = errors.New("dynamodblocal: another server answers on the port")
+
+func start(ctx context.Context, dir string, opt Options) (*Instance, error) {
 	port := opt.Port
 	if port == 0 {
+		var err error
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
@@ -69,12 +90,16 @@ func Start(ctx context.Context, opt Options) (*Instance, error) {
 	in := &Instance{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(in.done) }()
 
-	deadline := time.Now().Add(60 * time.Second)
+	// Java starts in ~4 s here; on a loaded 2-core machine (a fresh clone's
+	// make test beside other builds) it once took over a minute.
+	deadline := time.Now().Add(startWithin)
 	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
+		switch answers, err := isDynamoDB(in.Endpoint); {
+		case err == nil && answers:
 			return in, nil
+		case err == nil: // something answers, and it is not DynamoDB
+			in.Stop()
+			return nil, fmt.Errorf("%w %d", errPortTaken, port)
 		}
 		select {
 		case <-in.done:
@@ -86,9 +111,32 @@ func Start(ctx context.Context, opt Options) (*Instance, error) {
 		}
 		if time.Now().After(deadline) {
 			in.Stop()
-			return nil, errors.New("dynamodblocal: not listening after 60s")
+			return nil, fmt.Errorf("dynamodblocal: not listening after %s", startWithin)
 		}
 	}
+}
+
+// isDynamoDB sends ListTables to endpoint: it reports whether the answer
+// is DynamoDB's (a JSON body with TableNames, or a DynamoDB error __type),
+// or an error when nothing answered.
+func isDynamoDB(endpoint string) (bool, error) {
+	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader("{}"))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "DynamoDB_20120810.ListTables")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return false, err
+	}
+	return bytes.Contains(body, []byte(`"TableNames"`)) || bytes.Contains(body, []byte(`"__type"`)), nil
 }
 
 // Stop ends the java process (its whole process group) and waits for it.

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func TestBootstrapsServeTheContract(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := testkit.LambdaEnv("lambdaruntime")
+	env, err := testkit.LambdaEnv(t, "lambdaruntime")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 // error's text leaves room for the largest response the API takes: the
 // effect runs once, is stored and replayed.
 func TestKeyStoreLongReasonThenLargestResponse(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	store := newClient(env, &transport{}).KeyStore()
 	ctx := context.Background()

@@ -23,6 +23,7 @@ type payment struct {
 // acted: one run, typed replays, payload mismatch (422 from the service),
 // in progress while held, a failure released with a clean reason.
 func TestKeyStore(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := newClient(env, &transport{after: firstAttemptOf()})
 	var runs atomic.Int32
@@ -106,6 +107,7 @@ func TestKeyStore(t *testing.T) {
 // is one error whose text is the API's, on one line: it goes to logs as it
 // is. errors.Is finds both the API's code and the library's error.
 func TestKeyStoreRefusalsAreOneLine(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := client.New(env.URL)
 	ctx := context.Background()

@@ -17,7 +17,7 @@ import (
 // product's own SDK configuration (config.Local: its retryer).
 func conflictEnv(t *testing.T, rates faults.Rates) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	proxy, err := faults.Start(testkit.Endpoint, rates, 25, "UpdateItem")
+	proxy, err := faults.Start(testkit.DynamoDB(t), rates, 25, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,7 @@ func conflictEnv(t *testing.T, rates faults.Rates) (*testkit.Env, *faults.Proxy)
 // Conflicts on every attempt are a 503 that wrote nothing, and the caller's
 // retry then succeeds. Before the fix each conflict was a 500.
 func TestReplicatedWriteConflicts(t *testing.T) {
+	t.Parallel()
 	env, proxy := conflictEnv(t, faults.Rates{})
 	post := func(path, body string, headers ...string) *testkit.Response {
 		return testkit.Do(t, nil, "POST", env.URL+path, body, headers...)
@@ -131,6 +132,7 @@ func TestReplicatedWriteConflicts(t *testing.T) {
 // same consumedAt as the item; a 503 (every SDK attempt conflicted) is
 // retried by its caller with its Idempotency-Key, as the Go client does.
 func TestReplicatedWriteConflictRace(t *testing.T) {
+	t.Parallel()
 	const n = 40
 	env, proxy := conflictEnv(t, faults.Rates{Conflict: 0.25})
 	var mu sync.Mutex

@@ -15,6 +15,7 @@ import (
 // Origin and Host attacker.example:PORT. The local server answers only a
 // Host that names the address the connection reached (or localhost on it).
 func TestHostGuard(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	u, err := url.Parse(env.URL)
 	if err != nil {
@@ -65,6 +66,7 @@ func TestHostGuard(t *testing.T) {
 // TestRepublishBadInput: /_local/republish answers bad input like the API
 // does, 400 invalid_request naming the field, and publishes nothing.
 func TestRepublishBadInput(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	testkit.Do(t, nil, "POST", env.URL+"/actions", `{"actionId":"r1","userId":"u"}`)
 	testkit.Do(t, nil, "POST", env.URL+"/actions/r1/consume", ``)
@@ -100,6 +102,7 @@ func TestRepublishBadInput(t *testing.T) {
 // TestAnswersEndWithNewline: every JSON answer ends with a newline, so
 // curl's output does not run into the terminal's prompt.
 func TestAnswersEndWithNewline(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", "/actions", `{"actionId":"n1","userId":"u"}`},

@@ -75,6 +75,7 @@ func (r *region) kill() {
 // reads the same records (on AWS: its replica's stream, with the same
 // records), with the same deterministic event ids.
 func TestTwoRegions(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	a, b := newRegion(t, "A"), newRegion(t, "B")
 	var failovers, replays, unavailable atomic.Int64
@@ -184,7 +185,7 @@ func TestTwoRegions(t *testing.T) {
 		return out
 	}
 	var evB []eventbus.Event
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(50 * time.Millisecond) {
 		evB = localEvents(t, b.env)
 		if len(consumed(evB)) >= n || time.Now().After(deadline) {
 			break

@@ -29,7 +29,7 @@ import (
 func scaled(t *testing.T, via func(bus string) string) func(*server.Options) {
 	return func(o *server.Options) {
 		testkit.WithEvents(o)
-		cfg := config.Local(testkit.Endpoint)
+		cfg := config.Local(testkit.DynamoDB(t))
 		cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond) }
 		o.AWS = &cfg
 		o.EventBridgeVia = via
@@ -45,7 +45,7 @@ func scaled(t *testing.T, via func(bus string) string) func(*server.Options) {
 func dedupe(t *testing.T, evs []eventbus.Event) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	table := "claims-" + fmt.Sprint(time.Now().UnixNano())
 	if err := once.CreateTable(ctx, db, table); err != nil {
 		t.Fatal(err)
@@ -92,6 +92,12 @@ func consumeAll(t *testing.T, env *testkit.Env, prefix string, n int) []string {
 // no retry limit; after recovery every event arrives, each id exactly once
 // after de-duplication at the subscriber, and nothing was set aside.
 func TestEventBridgeOutage(t *testing.T) {
+	t.Parallel()
+	// outageRetries is how many more PutEvents requests the outage refuses
+	// after the last write: an invocation of the publisher is refused at
+	// most its 3 attempts times the SDK's 3, so this spans at least 4 of the
+	// reader's retries of the batch, with its backoff between them.
+	const outageRetries = 36
 	const n = 200
 	var proxy *faults.Proxy
 	env := testkit.NewEnv(t, scaled(t, func(bus string) string {
@@ -105,7 +111,13 @@ func TestEventBridgeOutage(t *testing.T) {
 	proxy.Down(true)
 	start := time.Now()
 	ids := consumeAll(t, env, "out", n)
-	time.Sleep(3 * time.Second) // the outage goes on after the writes
+	// The outage goes on after the writes, through more of the reader's
+	// retries (polled, not a fixed wait: a loaded machine retries slower).
+	for refused, deadline := proxy.Counts().Unavailable, time.Now().Add(testkit.Patience); proxy.Counts().Unavailable < refused+outageRetries; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the publisher was refused %d more times in %s, want %d", proxy.Counts().Unavailable-refused, testkit.Patience, outageRetries)
+		}
+	}
 	if evs := localEvents(t, env); len(evs) != 0 {
 		t.Fatalf("%d events arrived during the outage", len(evs))
 	}
@@ -122,7 +134,7 @@ func TestEventBridgeOutage(t *testing.T) {
 		}
 	}
 	drain := time.Since(recovered)
-	time.Sleep(300 * time.Millisecond) // late duplicates would show now
+	env.Settled(t) // every write published: late duplicates would be there
 	evs = localEvents(t, env)
 	after := proxy.Counts()
 	runs := dedupe(t, evs)
@@ -168,6 +180,7 @@ func distinct(evs []eventbus.Event) int {
 // aside after its retries, visible at /_local/dead-letters with its keys,
 // sequence number, time and error.
 func TestPoisonRecordLocally(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, scaled(t, nil))
 	consumeAll(t, env, "before", 3)
 	_, err := env.DB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(env.Table), Item: map[string]types.AttributeValue{

@@ -20,6 +20,7 @@ import (
 // de-duplication the subscriber handles each of the 70 exactly once. An
 // idempotency key and an open action in the window are not republished.
 func TestRepublish(t *testing.T) {
+	t.Parallel()
 	var proxy *faults.Proxy
 	env := testkit.NewEnv(t, scaled(t, func(bus string) string {
 		var err error
@@ -42,7 +43,7 @@ func TestRepublish(t *testing.T) {
 	}
 	do("/actions", `{"actionId":"still-open","userId":"u"}`)
 	do("/keys/k-1/claim", `{"fingerprint":"f"}`)
-	time.Sleep(time.Second) // the stream publisher has "published" them all into the void
+	env.Settled(t) // the stream publisher has "published" them all into the void
 	proxy.Lose(false)
 	if n := distinct(localEvents(t, env)); n != 20 {
 		t.Fatalf("%d events before republish, want the 20 kept", n)

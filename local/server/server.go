@@ -94,6 +94,7 @@ type Server struct {
 	// on-failure queue of the stack), at GET /_local/dead-letters.
 	DeadLetters *streams.DeadLetters
 	Publisher   *publish.Publisher // nil unless Options.Events
+	Stream      *streams.Reader    // feeds Publisher (nil unless Options.Events): CaughtUp says all written is handled
 	Sweeper     *sweep.Sweeper     // runs every Options.SweepEvery
 	Metrics     *telemetry.Metrics
 	ctx         context.Context
@@ -219,7 +220,7 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 	if o.TuneEvents != nil {
 		o.TuneEvents(pub, reader)
 	}
-	s.Bus, s.DeadLetters, s.Publisher = bus, dead, pub
+	s.Bus, s.DeadLetters, s.Publisher, s.Stream = bus, dead, pub, reader
 	s.background(func(ctx context.Context) {
 		if err := reader.Run(ctx); err != nil && ctx.Err() == nil {
 			o.Log.Error("stream reader stopped", "error", err.Error())

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
@@ -61,6 +62,8 @@ type Reader struct {
 	// SetAside receives what the mapping would send to its on-failure
 	// destination (nil: it is only logged).
 	SetAside func(context.Context, OnFailure)
+
+	idle atomic.Int64 // passes that found nothing new in any shard
 }
 
 // Unlimited retries: until the records' age limit.
@@ -157,6 +160,9 @@ func (r *Reader) Run(ctx context.Context) error {
 			r.wait(ctx, time.Second)
 			continue
 		}
+		// failed: a shard could not be opened or read in this pass, so the
+		// pass has not shown that nothing new is left (CaughtUp).
+		failed := false
 		for _, sh := range desc.StreamDescription.Shards {
 			id := aws.ToString(sh.ShardId)
 			parentDone := sh.ParentShardId == nil || done[*sh.ParentShardId] || !known(desc.StreamDescription.Shards, *sh.ParentShardId)
@@ -168,6 +174,8 @@ func (r *Reader) Run(ctx context.Context) error {
 			})
 			if err == nil {
 				iters[id] = it.ShardIterator
+			} else {
+				failed = true // asked again next pass
 			}
 		}
 		busy := false
@@ -177,6 +185,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			case err != nil && ctx.Err() != nil: // stopping: nothing failed
 				return ctx.Err()
 			case err != nil:
+				failed = true
 				r.Log.Warn("stream read failed", "shard", id, "error", err.Error())
 				r.wait(ctx, time.Second) // keep the iterator: the batch is read again
 			case next == nil:
@@ -188,10 +197,32 @@ func (r *Reader) Run(ctx context.Context) error {
 			busy = busy || got
 		}
 		if !busy {
+			if !failed {
+				r.idle.Add(1)
+			}
 			r.wait(ctx, r.Poll)
 		}
 	}
 	return ctx.Err()
+}
+
+// CaughtUp returns once the reader has gone through every shard and found
+// nothing new, in a pass that began after the call and read every shard
+// (a pass in which a read failed does not count): every record written
+// before the call has then been handled or set aside. It returns ctx's error
+// if ctx ends first (a reader that is not running never catches up).
+func (r *Reader) CaughtUp(ctx context.Context) error {
+	// The pass under way may have read a shard before the call: the one
+	// after it began after the call, and is idle only once all is handled.
+	want := r.idle.Load() + 2
+	for r.idle.Load() < want {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // shard reads one batch of a shard and runs the handler on it until the

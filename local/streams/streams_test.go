@@ -8,16 +8,19 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/streams"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/store"
@@ -30,9 +33,10 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // the whole batch after an error), so every record is accepted exactly
 // once, in order, with none skipped.
 func TestBatchItemFailures(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	if err := store.CreateTable(ctx, db, "streams-test"); err != nil {
 		t.Fatal(err)
@@ -101,9 +105,10 @@ func TestBatchItemFailures(t *testing.T) {
 // what is left of it goes to the on-failure destination with its shard and
 // sequence range, and the shard goes on with the next records.
 func TestSetAsideThenGoOn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-aside"
 	if err := store.CreateTable(ctx, db, table); err != nil {
@@ -176,9 +181,10 @@ func TestSetAsideThenGoOn(t *testing.T) {
 // the handler but set aside (condition RecordAgeExceeded), as the mapping
 // does with MaximumRecordAgeInSeconds.
 func TestRecordAgeSetAside(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := config.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-age"
 	if err := store.CreateTable(ctx, db, table); err != nil {
@@ -216,4 +222,72 @@ func TestRecordAgeSetAside(t *testing.T) {
 	if len(aside) != 1 || aside[0].Condition != "RecordAgeExceeded" || aside[0].BatchInfo.BatchSize != 3 || handled != 0 {
 		t.Fatalf("set aside %+v, handled %d", aside, handled)
 	}
+}
+
+// TestCaughtUpWaitsOutFailedReads: a pass over the shards in which a read
+// failed has not found "nothing new": CaughtUp returns only after the
+// records written before it are handled, however many passes fail first
+// (here GetRecords answers 503 until the outage ends).
+func TestCaughtUpWaitsOutFailedReads(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := config.Local(testkit.DynamoDB(t))
+	db := dynamodb.NewFromConfig(cfg)
+	const table = "streams-caught-up"
+	if err := store.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
+		Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "w1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "GetRecords")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxy.Down(true)
+	scfg := config.Local(proxy.URL)
+	scfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond) }
+	var handled atomic.Int64
+	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(scfg), Table: table,
+		Handle: func(_ context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
+			handled.Add(int64(len(ev.Records)))
+			return lambdaevents.DynamoDBEventResponse{}, nil
+		},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 20 * time.Millisecond}
+	go r.Run(ctx)
+
+	refused := func(n int64) { // waits until n GetRecords requests were refused
+		t.Helper()
+		for deadline := time.Now().Add(testkit.Patience); proxy.Counts().Unavailable < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d GetRecords refused, waited for %d", proxy.Counts().Unavailable, n)
+			}
+		}
+	}
+	refused(1)
+	caughtUp := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(ctx, testkit.Patience)
+		defer ccancel()
+		caughtUp <- r.CaughtUp(cctx)
+	}()
+	// Five passes' worth of reads (the SDK's 3 attempts each), all refused:
+	// a reader that counted a failed pass as idle has returned by now.
+	refused(proxy.Counts().Unavailable + 15)
+	select {
+	case err := <-caughtUp:
+		t.Fatalf("CaughtUp returned (%v) while every read failed; %d records handled", err, handled.Load())
+	default:
+	}
+	proxy.Down(false)
+	if err := <-caughtUp; err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != 1 {
+		t.Fatalf("CaughtUp returned with %d records handled, want 1", handled.Load())
+	}
+	t.Logf("%s", proxy)
 }

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // consume and a cancel, each delivered 5 times at once to the subscriber,
 // give exactly one audit line each; nothing secret is in them.
 func TestAuditOncePerEvent(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	do := func(path, body string) { testkit.Do(t, nil, "POST", env.URL+path, body) }
 	do("/actions", `{"actionId":"a1","userId":"u1","kind":"ticket","pin":"1234","payload":{"seat":"12F"}}`)
@@ -40,7 +41,7 @@ func TestAuditOncePerEvent(t *testing.T) {
 		t.Fatalf("%d events published, want 2", len(published))
 	}
 
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
 	if err := once.CreateTable(context.Background(), db, "audit-claims"); err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,13 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -163,14 +165,56 @@ func AWS(ctx context.Context) (aws.Config, error) {
 
 // Local is an SDK configuration for a local endpoint (DynamoDB Local, a fake
 // AWS API): static dummy credentials, a fixed region, the given endpoint,
-// Retryer.
+// Retryer, and HTTPClient sending again what DynamoDB Local refused for a
+// lock wait (lockWaits).
 func Local(endpoint string) aws.Config {
 	return aws.Config{
 		Region:       "us-east-1",
 		Retryer:      Retryer,
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		BaseEndpoint: aws.String(endpoint),
-		HTTPClient:   HTTPClient().WithTimeout(LocalAttemptTimeout),
+		HTTPClient:   lockWaits{HTTPClient().WithTimeout(LocalAttemptTimeout)},
+	}
+}
+
+// lockWaits sends a request again, up to 20 times with a short growing
+// pause, while DynamoDB Local answers it 500 because it waited too long for
+// its lock. DynamoDB Local runs one writer at a time, and on a loaded
+// machine a writer can wait out its limit: the request was not applied, and
+// "will succeed in actual DynamoDB API", so an emulator's wait is not spent
+// from the SDK's 3 attempts and retry quota, which stay for real faults.
+type lockWaits struct{ next aws.HTTPClient }
+
+func (c lockWaits) Do(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	for attempt := 1; ; attempt++ {
+		req := r.Clone(r.Context())
+		if body != nil {
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		resp, err := c.next.Do(req)
+		if err != nil || resp.StatusCode != http.StatusInternalServerError || attempt == 20 {
+			return resp, err
+		}
+		answer, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(answer))
+		if err != nil || !bytes.Contains(answer, []byte("waiting for a lock")) {
+			return resp, err
+		}
+		select {
+		case <-r.Context().Done():
+			return resp, nil
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ func refused(t *testing.T, env *testkit.Env, what string, r *testkit.Response, f
 // first page on /users/{id}/actions (and ?kind=, ?state= every kind and
 // state there). Sent empty, every list parameter is 400 naming it.
 func TestEmptyQueryParameter(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"q1","userId":"qu","maxUses":2}`)
 	for _, c := range []struct{ path, field string }{
@@ -46,6 +47,7 @@ func TestEmptyQueryParameter(t *testing.T) {
 // superseding create of a kind-less action reads it). It is 400 naming
 // kind, and cancels nothing.
 func TestCancelAllEmptyKind(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"ek1","userId":"eu","kind":"login"}`)
 	create(t, env, `{"actionId":"ek2","userId":"eu"}`)
@@ -64,6 +66,7 @@ func TestCancelAllEmptyKind(t *testing.T) {
 // written. Where a member takes any JSON value (payload, a key's
 // response), null is that value.
 func TestNullMember(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"multi","userId":"nu","maxUses":2}`)
 	create(t, env, `{"actionId":"single","userId":"nu"}`)
@@ -110,6 +113,7 @@ func TestNullMember(t *testing.T) {
 // page ever returns. (Before, a key over 2 KB reached DynamoDB, which
 // refused it: 500.)
 func TestForgedUserCursor(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for _, id := range []string{"f1", "f2", "f3"} {
 		create(t, env, `{"actionId":"`+id+`","userId":"fu"}`)

@@ -61,6 +61,7 @@ func create(t *testing.T, env *testkit.Env, body string, headers ...string) *tes
 }
 
 func TestCreateAndGet(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	r := do(t, env, "POST", "/actions", `{"actionId":"a1","userId":"u1","kind":"coupon","metadata":{"campaign":"bf"}}`)
 	expect(t, env, r, 201, "", update)
@@ -98,6 +99,7 @@ func TestCreateAndGet(t *testing.T) {
 // TestOutcomes drives every consume and cancel outcome, each against the
 // embedded store, and checks each costs exactly one DynamoDB request.
 func TestOutcomes(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	create(t, env, `{"actionId":"consumed","userId":"u"}`)
@@ -171,6 +173,7 @@ func TestOutcomes(t *testing.T) {
 // TestTTL checks the retention window: create sets ttl to expiresAt +
 // retention, consume and cancel move it to their own time + retention.
 func TestTTL(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	r := create(t, env, `{"actionId":"a","userId":"u"}`)
 	expires, _ := time.Parse(time.RFC3339, r.Str("expiresAt"))
@@ -264,6 +267,7 @@ func TestConsumeRace(t *testing.T) {
 // TestBadInputWritesNothing: every malformed request is a 400 naming the
 // field, or 413, and makes no DynamoDB request at all.
 func TestBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	tests := []struct {
 		name, method, path, body string
@@ -310,6 +314,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 // TestDependencyFault: with DynamoDB unreachable every route answers 503 with
 // Retry-After and a body that names no internals.
 func TestDependencyFault(t *testing.T) {
+	t.Parallel()
 	dead := testkit.NewDeadEnv(t)
 	for _, tt := range []struct{ method, path, body string }{
 		{"POST", "/actions", `{"userId":"u"}`},

@@ -84,6 +84,7 @@ func TestPINBudgetUnderConcurrency(t *testing.T) {
 // TestPINBudgetSeveralAttempts: with k=3, at most 3 of 30 concurrent guesses
 // are ever evaluated, and the count on the item is exact.
 func TestPINBudgetSeveralAttempts(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for trial := range 10 {
 		id := fmt.Sprintf("s%d", trial)
@@ -114,7 +115,7 @@ func TestPINBudgetSeveralAttempts(t *testing.T) {
 // proxied is an Env whose DynamoDB traffic crosses a fault proxy.
 func proxied(t *testing.T) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +129,7 @@ func proxied(t *testing.T) (*testkit.Env, *faults.Proxy) {
 // It must count once and answer 403 with the same attemptsRemaining. Before
 // the fix the re-sent ADD counted again (3 -> 1).
 func TestWrongPINLostAnswerCountsOnce(t *testing.T) {
+	t.Parallel()
 	env, proxy := proxied(t)
 	create(t, env, `{"actionId":"la","userId":"u","pin":"2468","maxPinAttempts":3,"payload":{"k":"v"}}`)
 	// Lose the answer of the first write, then of the second: whichever
@@ -165,6 +167,7 @@ func TestWrongPINLostAnswerCountsOnce(t *testing.T) {
 // Idempotency-Key is the same request: it replays the 403 with the same
 // attemptsRemaining and counts nothing. Before the fix: 2, then 1.
 func TestWrongPINKeyedResend(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"kr","userId":"u","pin":"2468","maxPinAttempts":3}`)
 	for i := range 3 {
@@ -201,6 +204,7 @@ func TestWrongPINKeyedResend(t *testing.T) {
 // payload. Before the fix: unlimited 422s for wrong PINs, 200 + payload for
 // the right one.
 func TestReplayIsNotAPINOracle(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const secret = "payload-7f3c"
 	create(t, env, `{"actionId":"ro","userId":"u","pin":"2468","maxPinAttempts":3,"payload":"`+secret+`"}`)
@@ -241,6 +245,7 @@ func TestReplayIsNotAPINOracle(t *testing.T) {
 // names the field and counts nothing. Before the fix three empty consumes
 // locked the action.
 func TestMissingPIN(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"mp","userId":"u","pin":"2468"}`)
 	for _, body := range []string{``, `{}`, `{"pin":""}`, `{"reason":"r"}`} {
@@ -328,6 +333,7 @@ func canonical(t *testing.T, body string) []byte {
 // must not get the 200 and the payload. Before the fix the request id was
 // trusted before the body.
 func TestRequestIDReplayNeedsSameBody(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"ri","userId":"u","pin":"2468","payload":"s3cret"}`)
 	ev := func(body string) events.APIGatewayV2HTTPRequest {
@@ -358,6 +364,7 @@ func TestRequestIDReplayNeedsSameBody(t *testing.T) {
 // Idempotency-Key but another body must not get the live token. Before the
 // fix it got 201 with the first holder's token.
 func TestClaimTokenOnlyForSameRequest(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	first := do(t, env, "POST", "/keys/job-1/claim", `{"fingerprint":"f","leaseSeconds":60}`, "Idempotency-Key", "cl-1")
 	if first.Status != 201 || first.Str("token") == "" {
@@ -375,6 +382,7 @@ func TestClaimTokenOnlyForSameRequest(t *testing.T) {
 
 // TestEdges: inputs that used to be accepted or answered wrongly.
 func TestEdges(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for _, tc := range []struct{ body, field string }{
 		{`{"actionId":".","userId":"u"}`, "actionId"},
@@ -451,6 +459,7 @@ func TestEdges(t *testing.T) {
 // POST to the local server without a preflight; what a browser marks as
 // cross-site is refused, what curl sends passes.
 func TestLocalServerRefusesCrossSite(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	host := strings.TrimPrefix(env.URL, "http://")
 	for _, tc := range []struct {
@@ -477,6 +486,7 @@ func TestLocalServerRefusesCrossSite(t *testing.T) {
 // TestIdempotencyKeyStructuredField: the IETF draft's quoted form and the
 // bare form are the same key.
 func TestIdempotencyKeyStructuredField(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	first := do(t, env, "POST", "/actions", `{"userId":"u"}`, "Idempotency-Key", `"8e03978e-40d5"`)
 	bare := do(t, env, "POST", "/actions", `{"userId":"u"}`, "Idempotency-Key", `8e03978e-40d5`)
@@ -504,6 +514,7 @@ func TestIdempotencyKeyStructuredField(t *testing.T) {
 // two actions, the right PIN answered 403 on the old function, and a payload
 // sealed under B was consumed by the old function and lost (500 forever).
 func TestSecretRotation(t *testing.T) {
+	t.Parallel()
 	const (
 		a = "rotation-secret-A-0123456789abcdefghijklmnop"
 		b = "rotation-secret-B-0123456789abcdefghijklmnop"

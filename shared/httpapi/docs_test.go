@@ -13,6 +13,7 @@ import (
 // error code of the API (client/codes) and of the key lifecycle
 // (idempotency).
 func TestDocsListEveryOutcome(t *testing.T) {
+	t.Parallel()
 	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "operating.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // 400 naming pin, with nothing written and no attempt spent. Before the fix
 // "123" spent a guess (403 invalid_pin) and 33 two-byte characters did too.
 func TestConsumePINRejectsImpossiblePIN(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"ip","userId":"u","pin":"2468","maxPinAttempts":3}`)
 	for _, pin := range []string{"123", strings.Repeat("é", 33), strings.Repeat("7", 33)} {
@@ -42,6 +43,7 @@ func TestConsumePINRejectsImpossiblePIN(t *testing.T) {
 // actionId (no URL can address such a user to list or cancel its actions).
 // Before the fix both were created (201).
 func TestUserIDDotSegments(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for _, u := range []string{".", ".."} {
 		r := do(t, env, "POST", "/actions", `{"userId":"`+u+`"}`)
@@ -69,6 +71,7 @@ func TestUserIDDotSegments(t *testing.T) {
 // Before the fix a 10,000-deep payload answered a 40 KB error naming
 // payload.0.0.0… and an unknown 60 KB member name was echoed twice.
 func TestErrorBodyBounded(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
 	for _, tc := range []struct{ body, field string }{

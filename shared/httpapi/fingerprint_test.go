@@ -13,6 +13,7 @@ import (
 // the 201 and the consume returned the first payload. Now it is 422; the
 // same number spelled otherwise (1.0, 1e0, 10E-1) is still the same body.
 func TestFingerprintNumbersExact(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for i, pair := range [][2]string{
 		{"9007199254740993", "9007199254740992"},
@@ -53,6 +54,7 @@ func TestFingerprintNumbersExact(t *testing.T) {
 // what changed is that docs/http-api.md and OpenAPI now say so (they promised 422 for
 // any other body).
 func TestIdempotencyKeyScope(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	replayed := func(r *testkit.Response) bool { return r.Header.Get("Idempotent-Replayed") == "true" }
 

@@ -13,6 +13,7 @@ import (
 // body under its key is still 422. (Before, the second of the two was 422
 // idempotency_key_reused, forever, and canceled nothing.)
 func TestKeyScopeCancelAndCancelAll(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	replayed := func(r *testkit.Response) bool { return r.Header.Get("Idempotent-Replayed") == "true" }
 	for _, id := range []string{"a1", "a2"} {

@@ -17,6 +17,7 @@ func claim(t *testing.T, env *testkit.Env, key, body string, headers ...string) 
 // TestKeyLifecycle walks claim → in progress → complete → replay, with every
 // conflict on the way, one DynamoDB request per call.
 func TestKeyLifecycle(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	first := claim(t, env, "pay-1", `{"fingerprint":"sha256:aa","leaseSeconds":30}`)
 	expect(t, env, first, 201, "", update)
@@ -80,6 +81,7 @@ func TestKeyLifecycle(t *testing.T) {
 // TestKeyRelease: a released key is claimable at once with a new token, the
 // failure is counted, and the released token is dead.
 func TestKeyRelease(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	token := claim(t, env, "k", `{"fingerprint":"f"}`).Str("token")
 	env.Counter.Take()
@@ -106,6 +108,7 @@ func TestKeyRelease(t *testing.T) {
 // TestKeyTakeover: after a holder's lease lapses the next claim takes over
 // with a new token, and the stale holder can neither complete nor release.
 func TestKeyTakeover(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	stale := claim(t, env, "job", `{"fingerprint":"f","leaseSeconds":5}`).Str("token")
 	env.Counter.Take()
@@ -130,6 +133,7 @@ func TestKeyTakeover(t *testing.T) {
 // A claim retried with its Idempotency-Key (its response was lost) gets its
 // own lease back rather than 409; another caller still gets 409.
 func TestKeyClaimRetry(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	first := claim(t, env, "r", `{"fingerprint":"f"}`, "Idempotency-Key", "attempt-1")
 	env.Counter.Take()
@@ -145,6 +149,7 @@ func TestKeyClaimRetry(t *testing.T) {
 // TestKeyRetention: past its retention a key is gone: 404, and claimable
 // anew even with other parameters.
 func TestKeyRetention(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	token := claim(t, env, "old", `{"fingerprint":"f"}`).Str("token")
 	do(t, env, "POST", "/keys/old/complete", `{"token":"`+token+`","response":1}`)
@@ -165,6 +170,7 @@ func TestKeyRetention(t *testing.T) {
 // conditional writes (the first one's refusal shows the old item
 // expired); every other claim stays one.
 func TestKeyFreshAfterRetention(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for range 2 {
 		token := claim(t, env, "life", `{"fingerprint":"f"}`).Str("token")
@@ -196,6 +202,7 @@ func TestKeyFreshAfterRetention(t *testing.T) {
 
 // TestKeyClaimRace: 200 concurrent claimers of one key, one token.
 func TestKeyClaimRace(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const n = 200
 	var wg sync.WaitGroup
@@ -236,6 +243,7 @@ func TestKeyClaimRace(t *testing.T) {
 }
 
 func TestKeyBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	big := `{"token":"` + strings.Repeat("a", 32) + `","response":"` + strings.Repeat("x", 65536) + `"}`
 	for _, c := range []struct{ method, path, body, field string }{

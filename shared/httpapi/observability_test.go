@@ -15,6 +15,7 @@ import (
 // EMF metric lines, and no secret anywhere (PIN, payload, server secret,
 // Idempotency-Key value, request bodies).
 func TestLogsAndMetrics(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const (
 		pin        = "pin-Qz8-marker" // a digit-only PIN could occur by chance in a latency or a time

@@ -17,6 +17,7 @@ import (
 var twoUpdates = map[string]int{"UpdateItem": 2}
 
 func TestPIN(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	r := create(t, env, `{"actionId":"p","userId":"u","pin":"PIN-2468-right","maxPinAttempts":3}`)
 	if r.Body["pinProtected"] != true || r.Body["pinAttemptsRemaining"] != 3.0 || strings.Contains(r.Raw, "PIN-2468-right") {
@@ -62,6 +63,7 @@ func TestPIN(t *testing.T) {
 }
 
 func TestPINLockout(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"l","userId":"u","pin":"2468","maxPinAttempts":2}`)
 	expect(t, env, do(t, env, "POST", "/actions/l/consume", `{"pin":"1111"}`), 403, "invalid_pin", update)
@@ -89,6 +91,7 @@ func TestPINLockout(t *testing.T) {
 // TestConcurrentWrongPINs: 20 parallel wrong PINs count exactly up to the
 // limit: none lost, none past it.
 func TestConcurrentWrongPINs(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for round := range 5 {
 		id := fmt.Sprintf("c%d", round)
@@ -126,6 +129,7 @@ func TestConcurrentWrongPINs(t *testing.T) {
 }
 
 func TestPayload(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const secret = "magic-link-token-7f3c"
 	r := create(t, env, `{"actionId":"pl","userId":"u","payload":{"token":"`+secret+`","n":[1,2,{"x":null}]}}`)
@@ -157,6 +161,7 @@ func TestPayload(t *testing.T) {
 // TestPayloadTamper: a flipped ciphertext byte gives a 500-class error, never
 // a wrong payload.
 func TestPayloadTamper(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"tp","userId":"u","payload":"the real one"}`)
 	sealed := rawItem(t, env, "tp")["payload"].(*types.AttributeValueMemberB).Value
@@ -176,6 +181,7 @@ func TestPayloadTamper(t *testing.T) {
 }
 
 func TestIdempotentCreate(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	body := `{"userId":"u","kind":"k","metadata":{"a":"1","b":"2"}}`
 	first := do(t, env, "POST", "/actions", body, "Idempotency-Key", "create-1")
@@ -204,6 +210,7 @@ func TestIdempotentCreate(t *testing.T) {
 }
 
 func TestIdempotentConsumeAndCancel(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"ic","userId":"u"}`)
 	first := do(t, env, "POST", "/actions/ic/consume", `{"reason":"r"}`, "Idempotency-Key", "c-1")

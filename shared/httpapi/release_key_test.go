@@ -10,6 +10,7 @@ import (
 // the useId took a use again replays the first release (same releasedAt);
 // the same key on another useId is 422 idempotency_key_reused.
 func TestKeyedReleaseKeyFencesReplayAndReuse(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"rf","userId":"u","maxUses":3,"releasable":true}`)
 	do(t, env, "POST", "/actions/rf/consume", `{"useId":"a"}`)

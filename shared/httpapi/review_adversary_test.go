@@ -19,6 +19,7 @@ import (
 // release's condition never looks at the key (a take's does, useKey:), so
 // the re-send frees the new use: one keyed call, two releases.
 func TestReviewKeyedReleaseRetryFreesALaterTake(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"rk","userId":"u","maxUses":2,"releasable":true}`)
 	if r := do(t, env, "POST", "/actions/rk/consume", `{"useId":"dev"}`); r.Status != 200 {
@@ -50,6 +51,7 @@ func TestReviewKeyedReleaseRetryFreesALaterTake(t *testing.T) {
 // Now the pointer remembers whom a's write replaced (prevKey), and the
 // re-send cancels it.
 func TestReviewSupersedeCancelLostStaysOpen(t *testing.T) {
+	t.Parallel()
 	var last, armed atomic.Int32
 	var proxy *faults.Proxy
 	env, proxy := hooked(t, func(n int32) {

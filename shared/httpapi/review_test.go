@@ -21,6 +21,7 @@ import (
 // its key but another kind is not a retry: it must be refused 422 and cancel
 // nothing. Instead it cancels the other kind's actions and answers 200.
 func TestReviewCancelAllKeyReusedWithOtherBody(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"l1","userId":"u","kind":"login"}`)
 	create(t, env, `{"actionId":"c1","userId":"u","kind":"coupon"}`)
@@ -40,6 +41,7 @@ func TestReviewCancelAllKeyReusedWithOtherBody(t *testing.T) {
 // that happened to carry the same key and body ({} here) is listed by the
 // cancel-all, which canceled nothing.
 func TestReviewCancelAllListsWhatItDidNotCancel(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"x1","userId":"u"}`)
 	if r := do(t, env, "POST", "/actions/x1/cancel", `{"reason":"r"}`, "Idempotency-Key", "k-7"); r.Status != 200 {
@@ -56,6 +58,7 @@ func TestReviewCancelAllListsWhatItDidNotCancel(t *testing.T) {
 // kind cancels the user's actions of every kind (CancelAll's Kind "" means
 // "any"), while its pointer item only covers kind "".
 func TestReviewSupersedeWithoutKindCancelsOtherKinds(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"login-a","userId":"u","kind":"login"}`)
 	create(t, env, `{"actionId":"plain-b","userId":"u","supersede":true}`)
@@ -70,6 +73,7 @@ func TestReviewSupersedeWithoutKindCancelsOtherKinds(t *testing.T) {
 // observes another tenant's key (order numbers, "order-77") learns that
 // tenant's action id, which magic links use as their secret part.
 func TestReviewDerivedIDNotTenantBound(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
 	a := as(t, env, alpha, "POST", "/actions", `{"userId":"ua"}`, "Idempotency-Key", "order-77")
 	b := as(t, env, beta, "POST", "/actions", `{"userId":"ub"}`, "Idempotency-Key", "order-77")
@@ -94,13 +98,14 @@ func TestReviewDerivedIDNotTenantBound(t *testing.T) {
 //     stored fingerprint is unknown, so the retry is judged "same key, other
 //     body": a PIN guess is spent (a write) and the answer is 422.
 func TestReviewRetiredKeyKeyedRetryOfRightPIN(t *testing.T) {
+	t.Parallel()
 	const (
 		a = "rotation-secret-A-0123456789abcdefghijklmnop"
 		b = "rotation-secret-B-0123456789abcdefghijklmnop"
 	)
 	step2 := `{"current":"` + b + `","previous":["` + a + `"],"ids":"` + a + `"}`
 	retired := `{"current":"` + b + `","ids":"` + a + `"}`
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +157,7 @@ func TestReviewRetiredKeyKeyedRetryOfRightPIN(t *testing.T) {
 // cancels nothing. Each keyed call costs one conditional write more than an
 // unkeyed one (the call's record), and nothing else.
 func TestCancelAllKeyedResend(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"cr-l1","userId":"cr","kind":"login"}`)
 	first := do(t, env, "POST", "/users/cr/actions/cancel", `{"kind":"login"}`, "Idempotency-Key", "cr-1")

@@ -33,6 +33,7 @@ func createOn(t *testing.T, api *httpapi.API, body, key string) events.APIGatewa
 // create changes nothing; of concurrent superseding creates on both
 // instances exactly one stays open.
 func TestSupersedeSkewedClocks(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	t0 := time.Now()
 	ahead, behind := *env.API, *env.API

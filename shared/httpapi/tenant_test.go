@@ -35,6 +35,7 @@ var requestIDField = regexp.MustCompile(`"requestId":"[0-9a-f]+"`)
 // or key answers exactly like one that does not exist, both tenants can
 // use the same ids, and each call still costs one request.
 func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
 	// The same id in both tenants.
 	a := as(t, env, alpha, "POST", "/actions", `{"actionId":"coupon-42","userId":"ua","pin":"2468","payload":"alpha-secret"}`)
@@ -119,6 +120,7 @@ func fmtCost(m map[string]int) string {
 // TestUnmappedCaller: a caller in no tenant gets 403 forbidden on every
 // route and nothing is written or read.
 func TestUnmappedCaller(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
 	for _, who := range []string{"", "arn:aws:iam::999999999999:user/mallory", "arn:aws:sts::111122223333:assumed-role/beta-svc-2/s"} {
 		for _, tc := range []struct{ method, path, body string }{
@@ -141,6 +143,7 @@ func TestUnmappedCaller(t *testing.T) {
 // TestJWTScopes: with a JWT authorizer, each route needs its scope, and the
 // tenant comes from the configured claim.
 func TestJWTScopes(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
 	ev := func(route, scope string) events.APIGatewayV2HTTPRequest {
 		var e events.APIGatewayV2HTTPRequest
@@ -177,6 +180,7 @@ func TestJWTScopes(t *testing.T) {
 // TestEventsCarryTheTenant: the same id consumed in two tenants gives two
 // events, each with its tenant and its own event id.
 func TestEventsCarryTheTenant(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants, testkit.WithEvents)
 	for _, who := range []string{alpha, beta} {
 		as(t, env, who, "POST", "/actions", `{"actionId":"coupon-7","userId":"u"}`)

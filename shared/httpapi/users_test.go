@@ -24,6 +24,7 @@ func ids(r *testkit.Response) []string {
 // TestListUserActions: newest first, paged by an opaque cursor, filtered by
 // kind and state, never the payload; one Query and one BatchGetItem a page.
 func TestListUserActions(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for i := range 7 {
 		kind := "login"
@@ -98,6 +99,7 @@ func TestListUserActions(t *testing.T) {
 // consumes against them and a cancel-all at once. Each action ends
 // consumed or canceled, never both, and every answer matches the item.
 func TestCancelAllRacingConsumes(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	// How long a cancel-all of 20 takes here: the consumes are spread over
 	// that window, so some land before its writes and some after.
@@ -180,6 +182,7 @@ func TestCancelAllRacingConsumes(t *testing.T) {
 // TestCancelAllByKind and its request count: one Query, one BatchGetItem,
 // one UpdateItem per open action of the kind.
 func TestCancelAllByKind(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for i, kind := range []string{"login", "login", "coupon", "login"} {
 		create(t, env, fmt.Sprintf(`{"actionId":"k%d","userId":"u","kind":"%s"}`, i, kind))
@@ -200,6 +203,7 @@ func TestCancelAllByKind(t *testing.T) {
 // kind (a consumed one keeps its win); a retry replays; of concurrent
 // superseding creates at most one stays open.
 func TestSupersede(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"l1","userId":"u","kind":"login"}`)
 	create(t, env, `{"actionId":"l2","userId":"u","kind":"login"}`)
@@ -255,6 +259,7 @@ func TestSupersede(t *testing.T) {
 // TestSupersedeEvents: each cancellation a supersede or a cancel-all makes
 // is the usual action.canceled, with its reason.
 func TestSupersedeEvents(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	create(t, env, `{"actionId":"e1","userId":"ev","kind":"login"}`)
 	create(t, env, `{"actionId":"e2","userId":"ev","kind":"login","supersede":true}`)

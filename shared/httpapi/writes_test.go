@@ -30,7 +30,7 @@ func hooked(t *testing.T, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
 // hookedOp is hooked for the requests of operation op.
 func hookedOp(t *testing.T, op string, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1, "UpdateItem")
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +58,7 @@ func hookedOp(t *testing.T, op string, hook func(n int32)) (*testkit.Env, *fault
 // GET. Before the fix consumedAt was the request's start, 30 s before the
 // GET. The same for a reused key's guess that locks (lockedAt).
 func TestTwoWritePathsStampTheirOwnTime(t *testing.T) {
+	t.Parallel()
 	const gap = 30 * time.Second
 	var env *testkit.Env
 	var sawOpen atomic.Value // time.Time: the server clock when a GET saw the action open
@@ -115,6 +116,7 @@ func TestTwoWritePathsStampTheirOwnTime(t *testing.T) {
 // canceledAt must not be earlier. Before the fix every canceledAt was the
 // request's start.
 func TestCancelAllStampsEachCancel(t *testing.T) {
+	t.Parallel()
 	const gap = 30 * time.Second
 	var env *testkit.Env
 	var shifted atomic.Bool
@@ -149,6 +151,7 @@ func TestCancelAllStampsEachCancel(t *testing.T) {
 // same request (same key, same body) counts nothing either: it compares
 // nothing new.
 func TestReusedKeyGuessLostAnswerCountsOnce(t *testing.T) {
+	t.Parallel()
 	env, proxy := proxied(t)
 	create(t, env, `{"actionId":"rg","userId":"u","pin":"2468","maxPinAttempts":4}`)
 	if r := do(t, env, "POST", "/actions/rg/consume", `{"pin":"0000"}`, "Idempotency-Key", "g-1"); r.Status != 403 {
@@ -201,6 +204,7 @@ func TestReusedKeyGuessLostAnswerCountsOnce(t *testing.T) {
 // whatever was lost: 1 + 3 counted. Without the fence it counted 8 (every
 // re-send, and every lost answer's SDK re-send, counted again).
 func TestReusedKeyGuessesUnderFaults(t *testing.T) {
+	t.Parallel()
 	env, proxy := proxied(t)
 	create(t, env, `{"actionId":"rf","userId":"u","pin":"2468","maxPinAttempts":10}`)
 	if r := do(t, env, "POST", "/actions/rf/consume", `{"pin":"0000"}`, "Idempotency-Key", "f-1"); r.Status != 403 {

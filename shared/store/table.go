@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -58,7 +59,9 @@ var expiryIndex = types.GlobalSecondaryIndex{
 }
 
 // addIndexes gives an existing table (a data folder from an older version)
-// the indexes it lacks, one UpdateTable each (DynamoDB creates one at a time).
+// the indexes it lacks, one UpdateTable each, each once the one before is
+// active (DynamoDB creates one at a time: "Only 1 online index can be
+// created or deleted simultaneously per table").
 func addIndexes(ctx context.Context, db *dynamodb.Client, name string) error {
 	t, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
 	if err != nil {
@@ -82,6 +85,35 @@ func addIndexes(ctx context.Context, db *dynamodb.Client, name string) error {
 		if err != nil {
 			return fmt.Errorf("add the index %s to %s: %w", aws.ToString(ix.IndexName), name, err)
 		}
+		if err := indexActive(ctx, db, name, aws.ToString(ix.IndexName)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// indexActive waits, up to indexWait, until the table's index is ACTIVE.
+func indexActive(ctx context.Context, db *dynamodb.Client, table, index string) error {
+	ctx, cancel := context.WithTimeout(ctx, indexWait)
+	defer cancel()
+	for {
+		t, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+		if err != nil {
+			return fmt.Errorf("wait for the index %s of %s: %w", index, table, err)
+		}
+		for _, gsi := range t.Table.GlobalSecondaryIndexes {
+			if aws.ToString(gsi.IndexName) == index && gsi.IndexStatus == types.IndexStatusActive {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the index %s of %s: %w", index, table, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// indexWait bounds the wait for a new index (DynamoDB Local: a moment;
+// DynamoDB: minutes on a large table).
+const indexWait = 10 * time.Minute

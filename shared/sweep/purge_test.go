@@ -22,6 +22,7 @@ import (
 // 409; open actions are kept (their action.expired comes first). A second
 // run, as from another Region, deletes nothing.
 func TestPurge(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, func(o *server.Options) { o.Retention = time.Hour })
 	now := time.Now()
 	post := func(path, body string) {

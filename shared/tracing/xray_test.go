@@ -50,7 +50,7 @@ func TestDynamoDBCallsBecomeSubsegments(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	vars, err := testkit.LambdaEnv("tracing")
+	vars, err := testkit.LambdaEnv(t, "tracing")
 	if err != nil {
 		t.Fatal(err)
 	}
