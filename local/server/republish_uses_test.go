@@ -68,7 +68,7 @@ func TestRepublishUses(t *testing.T) {
 		cycle(i)
 	}
 	do("/actions/lic/consume", `{"useId":"laptop"}`) // one use left held
-	time.Sleep(2 * time.Second)                      // the stream publisher has "published" them into the void
+	env.Settled(t)                                   // the stream publisher has "published" them into the void
 	proxy.Lose(false)
 	if n := len(useEventIDs(localEvents(t, env))); n != 10 {
 		t.Fatalf("%d use events before republish, want the 10 delivered", n)
