@@ -131,15 +131,31 @@ $(E2E_JWT_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 	  -c exactonce:jwtIssuer=https://issuer.e2e.example -c exactonce:jwtAudience=exactonce-e2e -o $(E2E_JWT_OUT)
 	@touch $@
 
+# The second Region of a multi-Region deployment (exactonce:regions; the
+# stacks' account is the placeholder the suite runs in, whatever credentials
+# say): its stack names the global table and the secret the first Region's
+# stack creates with a replica there, and reads its replica's stream ARN
+# with a DescribeTable custom resource. One synth writes both Regions'
+# stacks; the suite runs the second's, the first's template read for what it
+# creates in the second Region.
+E2E_REPLICA_OUT := cdk.out.e2e-replica
+E2E_REPLICA_TEMPLATE := $(E2E_REPLICA_OUT)/ExactOnce-us-east-2.template.json
+$(E2E_REPLICA_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
+	$(CDK) synth --quiet --no-notices $(E2E_CONTEXT) -c exactonce:regions=us-east-1,us-east-2 -c exactonce:witnessRegion=us-west-2 \
+	  -c exactonce:account=000000000000 -o $(E2E_REPLICA_OUT)
+	@touch $@
+
 # The suite on one template: go test -v, less its per-subtest RUN lines.
 E2E_SUITE = set -o pipefail; EXACTONCE_E2E_TEMPLATE=$(abspath $(1)) go test -tags e2e -count=1 -timeout 15m -v -run '^TestStack$$' ./e2e \
   | grep -vE '^=== (RUN|PAUSE|CONT)|^    --- PASS'
 
-e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch, then the suite (go test ./e2e -run TestStack) on the synthesized templates with IAM enforced (TEMPLATE=path: another template); each run ends with its summary line
+e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch, then the suite (go test ./e2e -run TestStack) on the synthesized templates (IAM, JWT, a multi-Region replica) with IAM enforced (TEMPLATE=path: another template); each run ends with its summary line
 ifeq ($(TEMPLATE),)
-	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE)
-	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) go test -tags e2e -count=1 -timeout 25m -v -run '^TestMutations$$' ./e2e
+	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE) $(E2E_REPLICA_TEMPLATE)
+	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) EXACTONCE_E2E_REPLICA_TEMPLATE=$(CURDIR)/$(E2E_REPLICA_TEMPLATE) \
+	  go test -tags e2e -count=1 -timeout 25m -v -run '^TestMutations$$' ./e2e
 	$(call E2E_SUITE,$(E2E_JWT_TEMPLATE))
+	$(call E2E_SUITE,$(E2E_REPLICA_TEMPLATE))
 	$(call E2E_SUITE,$(E2E_TEMPLATE))
 else
 	$(call E2E_SUITE,$(TEMPLATE))
@@ -180,4 +196,4 @@ destroy: $(TOOLS) ## delete the stack (the table and secret are RETAINed unless 
 	$(CDK) destroy --no-notices $(CDK_ARGS)
 
 clean: ## remove build output
-	rm -rf dist cdk.out cdk.out.e2e cdk.out.e2e-jwt
+	rm -rf dist cdk.out cdk.out.e2e cdk.out.e2e-jwt cdk.out.e2e-replica

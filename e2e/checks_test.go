@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ type suite struct {
 	n, failed int
 	// declared checks, and those -run let run; steps already run.
 	declared, ran int
+	na            []string // checks that do not apply to this template
 	steps         map[string]error
 	stepFns       map[string]func() error
 	run           string // suffix making this run's ids unique
@@ -92,6 +94,14 @@ func (s *suite) check(name string, f func() error) {
 		}
 		fmt.Printf("ok   %s\n", name)
 	})
+}
+
+// notApplicable says why a check does not run on this template: a
+// condition the template shows (a table without TTL has no TTL deletions).
+// The summary counts them.
+func (s *suite) notApplicable(name, why string) {
+	s.na = append(s.na, name)
+	fmt.Printf("n/a  %s: %s\n", name, why)
 }
 
 // checkStep is a check that is also a step other checks may need (see need).
@@ -160,7 +170,7 @@ func (s *suite) call(c *caller, method, path string, body any, hdr ...string) re
 	} else if c != nil {
 		sum := sha256.Sum256(b)
 		creds := aws.Credentials{AccessKeyID: c.key, SecretAccessKey: "caller-secret"}
-		if err := v4.NewSigner().SignHTTP(s.ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", template.Region, time.Now()); err != nil {
+		if err := v4.NewSigner().SignHTTP(s.ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", s.d.Region, time.Now()); err != nil {
 			return resp{status: -1, raw: err.Error()}
 		}
 	}
@@ -676,12 +686,18 @@ func (s *suite) runAll() {
 		})
 	}
 
-	// --- expiry: the sweeper's schedule marks a due action expired.
-	var sweep *template.Rule
+	// --- expiry: the sweeper's schedule marks a due action expired (the
+	// schedule that sends it the scheduled event; a multi-Region stack's
+	// other one sends {"purge":true}).
+	var sweep, purge *template.Rule
 	for i, rl := range s.d.Stack.Rules {
 		for _, t := range rl.Targets {
-			if t == "sweeper" && rl.Schedule != "" {
+			switch {
+			case t != "sweeper" || rl.Schedule == "":
+			case rl.Inputs[t] == "":
 				sweep = &s.d.Stack.Rules[i]
+			case strings.Contains(rl.Inputs[t], `"purge":true`):
+				purge = &s.d.Stack.Rules[i]
 			}
 		}
 	}
@@ -831,41 +847,21 @@ func (s *suite) runAll() {
 		})
 	})
 
-	// --- TTL: DynamoDB's deletion of an unfinished action (its stream
-	// record's userIdentity is the DynamoDB service) is its expiry; anyone
-	// else's delete is not.
-	s.check("TTL deletion: its REMOVE record (userIdentity dynamodb.amazonaws.com) publishes action.expired; another delete nothing", func() error {
-		table := s.d.Stack.Functions["create"].Env["TABLE_NAME"]
-		byTTL, byUser := s.id("ttl"), s.id("deleted")
-		for _, id := range []string{byUser, byTTL} {
-			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u10"}), 201, ""); err != nil {
-				return err
-			}
-		}
-		t := tenant.Default
-		if s.tenants {
-			t = "acme"
-		}
-		out, err := s.d.DB.DeleteItem(s.ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), ReturnValues: types.ReturnValueAllOld,
-			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: tenant.ItemKey(t, byUser)}}})
-		if err != nil {
-			return err
-		}
-		if len(out.Attributes) == 0 {
-			return fmt.Errorf("no item %s in %s to delete", tenant.ItemKey(t, byUser), table)
-		}
-		if err := s.d.ExpireByTTL(s.ctx, table, tenant.ItemKey(t, byTTL)); err != nil {
-			return err
-		}
-		if err := s.waitEvent("action.expired", byTTL); err != nil {
-			return fmt.Errorf("%w\n    publisher output: %s", err, tail(s.d.Output("publisher"), 1500))
-		}
-		// The user's delete came first in the stream: it is handled by now.
-		if ev, _ := s.event("action.expired", byUser); ev != nil {
-			return fmt.Errorf("a DeleteItem that is not TTL's published action.expired for %s", byUser)
-		}
-		return nil
-	})
+	// --- deletions: DynamoDB's TTL on a table with TTL; on one without (an
+	// MRSC global table: a multi-Region stack's), the sweeper's purge.
+	ttlCheck := "TTL deletion: its REMOVE record (userIdentity dynamodb.amazonaws.com) publishes action.expired; another delete nothing"
+	table := s.d.Stack.Functions["create"].Env["TABLE_NAME"]
+	if s.d.TableTTL(table) == "" {
+		s.notApplicable(ttlCheck, fmt.Sprintf("table %s has no TimeToLiveSpecification (%s), so DynamoDB deletes nothing by TTL", table, s.d.TableOrigin(table)))
+	} else {
+		s.check(ttlCheck, s.ttlDeletion(a, table))
+	}
+	const purgeCheck = "purge: its schedule runs the sweeper with {\"purge\":true}; a finished action past its retention is deleted, publishing nothing; an open one is kept"
+	if purge == nil {
+		s.notApplicable(purgeCheck, fmt.Sprintf("no schedule rule sends the sweeper {\"purge\":true} (table %s has TTL %q)", table, s.d.TableTTL(table)))
+	} else {
+		s.check(purgeCheck, s.purge(a, table, *purge))
+	}
 
 	// --- EventBridge refusing single entries: a non-retryable code sets the
 	// record aside within minutes, with the event and the error; a
@@ -1070,4 +1066,99 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// ttlDeletion: DynamoDB's deletion of an unfinished action (its stream
+// record's userIdentity is the DynamoDB service) is its expiry; anyone
+// else's delete is not.
+func (s *suite) ttlDeletion(a *caller, table string) func() error {
+	return func() error {
+		byTTL, byUser := s.id("ttl"), s.id("deleted")
+		for _, id := range []string{byUser, byTTL} {
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u10"}), 201, ""); err != nil {
+				return err
+			}
+		}
+		t := tenant.Default
+		if s.tenants {
+			t = "acme"
+		}
+		out, err := s.d.DB.DeleteItem(s.ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), ReturnValues: types.ReturnValueAllOld,
+			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: tenant.ItemKey(t, byUser)}}})
+		if err != nil {
+			return err
+		}
+		if len(out.Attributes) == 0 {
+			return fmt.Errorf("no item %s in %s to delete", tenant.ItemKey(t, byUser), table)
+		}
+		if err := s.d.ExpireByTTL(s.ctx, table, tenant.ItemKey(t, byTTL)); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.expired", byTTL); err != nil {
+			return fmt.Errorf("%w\n    publisher output: %s", err, tail(s.d.Output("publisher"), 1500))
+		}
+		// The user's delete came first in the stream: it is handled by now.
+		if ev, _ := s.event("action.expired", byUser); ev != nil {
+			return fmt.Errorf("a DeleteItem that is not TTL's published action.expired for %s", byUser)
+		}
+		return nil
+	}
+}
+
+// purge: the daily purge (a table without TTL) deletes a finished action
+// once its retention has ended, with a delete whose stream record publishes
+// nothing, and keeps an open action whatever its ttl says (the sweeper has
+// yet to mark it expired, and its action.expired must not be lost).
+func (s *suite) purge(a *caller, table string, rule template.Rule) func() error {
+	return func() error {
+		done, open, after := s.id("purged"), s.id("kept-open"), s.id("after-purge")
+		for _, id := range []string{done, open, after} {
+			if err := expect(s.call(a, "POST", "/actions", map[string]any{"actionId": id, "userId": "u11"}), 201, ""); err != nil {
+				return err
+			}
+		}
+		if err := expect(s.call(a, "POST", "/actions/"+done+"/consume", map[string]any{}), 200, ""); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.consumed", done); err != nil {
+			return err
+		}
+		t := tenant.Default
+		if s.tenants {
+			t = "acme"
+		}
+		past := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+		for _, id := range []string{done, open} { // their retention ended an hour ago
+			if _, err := s.d.DB.UpdateItem(s.ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table),
+				Key:              map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: tenant.ItemKey(t, id)}},
+				UpdateExpression: aws.String("SET #t = :t"), ExpressionAttributeNames: map[string]string{"#t": "ttl"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberN{Value: past}},
+				ConditionExpression:       aws.String("attribute_exists(actionId)")}); err != nil {
+				return fmt.Errorf("set the ttl of %s: %w", id, err)
+			}
+		}
+		if err := s.d.RunSchedule(s.ctx, rule); err != nil {
+			return fmt.Errorf("the purge failed: %w\n    sweeper output: %s", err, tail(s.d.Output("sweeper"), 600))
+		}
+		if err := expect(s.call(a, "GET", "/actions/"+done, nil), 404, ""); err != nil {
+			return fmt.Errorf("the finished action past its retention is still there: %w\n    sweeper output: %s", err, tail(s.d.Output("sweeper"), 600))
+		}
+		if err := expect(s.call(a, "GET", "/actions/"+open, nil), 200, ""); err != nil {
+			return fmt.Errorf("the open action was not kept: %w", err)
+		}
+		// Records are read in order: once the next action's event is out,
+		// the purge's delete has been handled.
+		if err := expect(s.call(a, "POST", "/actions/"+after+"/consume", map[string]any{}), 200, ""); err != nil {
+			return err
+		}
+		if err := s.waitEvent("action.consumed", after); err != nil {
+			return err
+		}
+		for _, typ := range []string{"action.expired", "action.canceled"} {
+			if ev, _ := s.event(typ, done); ev != nil {
+				return fmt.Errorf("the purge's delete of %s published %s", done, typ)
+			}
+		}
+		return nil
+	}
 }

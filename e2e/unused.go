@@ -10,6 +10,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,7 +22,8 @@ import (
 type unusedJudgment struct {
 	// Unused: statements no call used and the list does not name.
 	Unused []string
-	// Listed: unused statements the list names (so they pass).
+	// Listed: unused statements the list names (so they pass), and entries
+	// whose actions a used statement holds but no call used.
 	Listed int
 	// Stale: entries of the list for a function of this template (or "*")
 	// whose statement is gone or was used: they must be removed.
@@ -34,8 +36,11 @@ type unusedJudgment struct {
 
 // judgeUnused compares the statements of the template's functions no call
 // used (used: statement id → calls it allowed) with the reviewed list
-// (listed: statementKey → reason).
-func judgeUnused(functions map[string]*template.Function, used map[string]int, listed map[string]string) unusedJudgment {
+// (listed: statementKey → reason). An entry whose actions are held by a
+// statement other calls used (one template grants them alone, another
+// with other actions) still stands while no call used those actions
+// (calls: "function action" → calls).
+func judgeUnused(functions map[string]*template.Function, used, calls map[string]int, listed map[string]string) unusedJudgment {
 	var j unusedJudgment
 	stale := map[string]bool{}
 	for k := range listed {
@@ -66,7 +71,11 @@ func judgeUnused(functions map[string]*template.Function, used map[string]int, l
 		}
 	}
 	for k := range stale {
-		function, _, _ := strings.Cut(k, " ")
+		function, acts, _ := strings.Cut(k, " ")
+		if heldUncalled(functions, function, strings.Split(acts, ","), calls) {
+			j.Listed++
+			continue
+		}
 		if _, ok := functions[function]; function != "*" && !ok {
 			j.Absent = append(j.Absent, k)
 			continue
@@ -76,6 +85,34 @@ func judgeUnused(functions map[string]*template.Function, used map[string]int, l
 	sort.Strings(j.Stale)
 	sort.Strings(j.Absent)
 	return j
+}
+
+// heldUncalled reports whether function (any, for "*") has a statement
+// allowing every one of actions, none of which a call of it used.
+func heldUncalled(functions map[string]*template.Function, function string, actions []string, calls map[string]int) bool {
+	for name, f := range functions {
+		if function != "*" && name != function {
+			continue
+		}
+		for _, st := range f.Statements {
+			_, have, _ := strings.Cut(statementKey(name, st.Doc), " ")
+			held := strings.Split(have, ",")
+			if !all(actions, func(a string) bool { return slices.Contains(held, a) && calls[name+" "+a] == 0 }) {
+				continue
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func all(xs []string, ok func(string) bool) bool {
+	for _, x := range xs {
+		if !ok(x) {
+			return false
+		}
+	}
+	return true
 }
 
 // statementKey names a statement in e2e/unused.txt: the function, then its

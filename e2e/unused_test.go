@@ -31,7 +31,7 @@ func TestUnusedListAbsentFunction(t *testing.T) {
 		"create sqs:SendMessage":                                       "gone: stale",
 		"* s3:GetObject":                                               "no function has it: stale",
 	}
-	j := judgeUnused(functions, used, listed)
+	j := judgeUnused(functions, used, map[string]int{"publisher events:PutEvents": 3, "create dynamodb:UpdateItem": 5}, listed)
 	if !slices.Equal(j.Absent, []string{"audit sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage"}) {
 		t.Errorf("absent %v, want the audit entry only", j.Absent)
 	}
@@ -40,6 +40,27 @@ func TestUnusedListAbsentFunction(t *testing.T) {
 	}
 	if want := []string{"create kms:Decrypt (c2): no call used it"}; !slices.Equal(j.Unused, want) || j.Listed != 3 {
 		t.Errorf("unused %v, listed %d; want %v and 3 listed", j.Unused, j.Listed, want)
+	}
+}
+
+// TestUnusedListWithinUsedStatement: an entry whose actions a template
+// grants inside a statement that other calls used (a multi-Region stack's
+// publisher has ListStreams in one statement with the stream reads) is not
+// stale while no call used those actions; once one is, it is.
+func TestUnusedListWithinUsedStatement(t *testing.T) {
+	functions := map[string]*template.Function{
+		"publisher": {Statements: []template.Statement{{ID: "p0", Doc: map[string]any{"Effect": "Allow",
+			"Action": []any{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:ListStreams"}}}}},
+	}
+	used := map[string]int{"p0": 9}
+	listed := map[string]string{"publisher dynamodb:ListStreams": "the event source mapping"}
+	j := judgeUnused(functions, used, map[string]int{"publisher dynamodb:GetRecords": 9}, listed)
+	if len(j.Stale) != 0 || len(j.Unused) != 0 || j.Listed != 1 {
+		t.Errorf("held in a used statement, never called: stale %v unused %v listed %d", j.Stale, j.Unused, j.Listed)
+	}
+	j = judgeUnused(functions, used, map[string]int{"publisher dynamodb:ListStreams": 1}, listed)
+	if !slices.Equal(j.Stale, []string{"publisher dynamodb:ListStreams"}) {
+		t.Errorf("called: stale %v", j.Stale)
 	}
 }
 

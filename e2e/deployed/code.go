@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -117,14 +119,15 @@ type launch struct {
 // checkFunctions finds each function's code in the template's cloud
 // assembly and checks what Lambda would refuse or fail to run (another
 // function's code, a runtime without its handler, the wrong architecture),
-// before anything starts. Zip assets are extracted under the returned
-// folder (the caller removes it).
-func checkFunctions(tpl *template.Template, names *template.Names) (string, map[string]launch, error) {
+// before anything starts, and returns a first model of the stack (streams
+// and custom resources' answers not known yet: nothing here reads them).
+// Zip assets are extracted under the returned folder (the caller removes
+// it).
+func checkFunctions(tpl *template.Template, names *template.Names) (string, *template.Stack, map[string]launch, error) {
 	code, err := loadAssets(tpl.Path)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	// A first model, streams not known yet (nothing here reads them).
 	pre := &template.Names{Refs: names.Refs, Attrs: map[string]map[string]string{}}
 	for id, a := range names.Attrs {
 		pre.Attrs[id] = map[string]string{}
@@ -135,13 +138,36 @@ func checkFunctions(tpl *template.Template, names *template.Names) (string, map[
 			pre.Attrs[id]["StreamArn"] = "arn:aws:dynamodb:stream-not-created-yet"
 		}
 	}
+	crs, err := template.CustomResources(tpl, names)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	for _, c := range crs {
+		for _, p := range c.Create.OutputPaths {
+			pre.Attrs[c.LogicalID][p] = "not-answered-yet"
+		}
+	}
 	stack, err := template.Model(tpl, pre)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	tmp, err := os.MkdirTemp("", "exactonce-e2e-code-")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
+	}
+	// A custom resource's provider runs at deploy time only; the local
+	// stack makes its call itself. What CreateFunction would refuse of it,
+	// and code the assembly does not hold, still fail.
+	for _, id := range slices.Sorted(maps.Keys(stack.Providers)) {
+		f := stack.Providers[id]
+		if _, err := code.codeDir(f, tmp); err != nil {
+			_ = os.RemoveAll(tmp)
+			return "", nil, nil, fmt.Errorf("custom resource provider: %w", err)
+		}
+		if err := definition(f, names.Refs[id], "").Check(); err != nil {
+			_ = os.RemoveAll(tmp)
+			return "", nil, nil, fmt.Errorf("custom resource provider: %w", err)
+		}
 	}
 	out := map[string]launch{}
 	order := make([]string, 0, len(stack.Functions))
@@ -165,11 +191,11 @@ func checkFunctions(tpl *template.Template, names *template.Names) (string, map[
 		}
 		if err != nil {
 			_ = os.RemoveAll(tmp)
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		out[name] = l
 	}
-	return tmp, out, nil
+	return tmp, stack, out, nil
 }
 
 // emulationGrace is how much longer than its timeout a function under

@@ -5,7 +5,12 @@
 // every AWS call authorized against its role's policies (e2e/iam), the
 // HTTP API's routes and integrations, the stream's event source mapping
 // (filters, batch size, partial batch failures, retries, on-failure
-// destination) and the bus's rules.
+// destination) and the bus's rules. A stack with an environment runs in
+// its own Region, after what the stacks it depends on create there (a
+// replica Region's stack: the first Region's global table and secret have
+// replicas in its Region, which it names), and its custom resources' calls
+// are made as their providers' roles (the replica's DescribeTable of its
+// table, whose stream ARN its publisher reads).
 package deployed
 
 import (
@@ -62,6 +67,7 @@ type Options struct {
 type Deployment struct {
 	Stack    *template.Stack
 	Names    *template.Names
+	Region   string // the template's (template.DefaultRegion when it has none)
 	URL      string // the HTTP API
 	DB       *dynamodb.Client
 	Fake     *awsfake.Server
@@ -71,6 +77,7 @@ type Deployment struct {
 	fns      map[string]*lambdaruntime.Function
 	creds    map[string]aws.Credentials // function → its role's keys
 	xray     map[string]*xrayDaemon     // traced function → its X-Ray daemon
+	tables   map[string]template.Table  // by name: the template's and the replicas made for it
 
 	clockAhead atomic.Int64 // the mappings' clock runs this far ahead (ns)
 	ttl        sync.Map     // partition key → deleted by ExpireByTTL
@@ -111,12 +118,21 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		return nil, err
 	}
 	names := template.LocalNames(tpl)
-	d.Names = names
+	d.Names, d.Region = names, names.Region()
 	// What Lambda would refuse or fail to run shows before anything starts:
 	// each function's code, runtime, handler and architecture.
-	code, launch, err := checkFunctions(tpl, names)
+	code, pre, launch, err := checkFunctions(tpl, names)
 	if err != nil {
 		return nil, err
+	}
+	// What the stacks this one depends on create for it in its Region (a
+	// replica Region's table and secret, created by the first Region's).
+	replicaTables, secrets, err := template.Replicated(tpl)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range tpl.OfType("AWS::SecretsManager::Secret") {
+		secrets = append(secrets, names.Refs[id])
 	}
 
 	ddb, err := dynamodblocal.Start(ctx, dynamodblocal.Options{})
@@ -126,6 +142,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	d.stop = append(d.stop, ddb.Stop)
 	d.DB = dynamodb.NewFromConfig(config.Local(ddb.Endpoint))
 	partitionKeys := map[string]string{}
+	d.tables = map[string]template.Table{}
 	for _, id := range append(tpl.OfType("AWS::DynamoDB::Table"), tpl.OfType("AWS::DynamoDB::GlobalTable")...) {
 		streamArn, err := createTable(ctx, d.DB, names.Refs[id], tpl.Resources[id].Properties, partitionKeys)
 		if err != nil {
@@ -134,24 +151,19 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		if streamArn != "" {
 			names.Attrs[id]["StreamArn"] = streamArn
 		}
+		d.tables[names.Refs[id]] = template.Table{LogicalID: id, Name: names.Refs[id], Properties: tpl.Resources[id].Properties}
 	}
-	if d.Stack, err = template.Model(tpl, names); err != nil {
-		return nil, err
+	for _, t := range replicaTables {
+		if _, err := createTable(ctx, d.DB, t.Name, t.Properties, partitionKeys); err != nil {
+			return nil, fmt.Errorf("table %s (%s's replica in %s): %w", t.Name, t.LogicalID, d.Region, err)
+		}
+		d.tables[t.Name] = t
 	}
 
 	if d.Fake, err = awsfake.New(); err != nil {
 		return nil, err
 	}
 	d.stop = append(d.stop, func() { _ = d.Fake.Close() })
-	for _, q := range d.Stack.Queues {
-		d.Fake.AddQueue(q.Name)
-	}
-	for _, arn := range d.Stack.Secrets {
-		d.Fake.PutSecret(arn, randomText(64))
-	}
-	for name, v := range d.Stack.Parameters {
-		d.Fake.PutParameter(name, v)
-	}
 	if d.Bus, err = eventbus.New(io.Discard); err != nil {
 		return nil, err
 	}
@@ -167,22 +179,43 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 	}
 	d.stop = append(d.stop, eval.Close)
 	d.Proxy = &iam.Proxy{Eval: eval, Keys: map[string]*iam.Principal{}, PartitionKeys: partitionKeys,
-		ResourcePolicies: map[string]any{}, Region: template.Region, Account: template.Account, Client: &http.Client{Timeout: 30 * time.Second},
+		ResourcePolicies: map[string]any{}, Region: d.Region, Account: template.Account, Secrets: secrets, Client: &http.Client{Timeout: 30 * time.Second},
 		Backends: map[string]string{iam.DynamoDB: ddb.Endpoint, iam.Streams: ddb.Endpoint, iam.Events: d.BusFault.URL,
 			iam.SQS: d.Fake.URL, iam.SecretsManager: d.Fake.URL, iam.SSM: d.Fake.URL}}
 	d.Proxy.Slow = func(call string, took time.Duration) {
 		o.Log.Warn("slow AWS call", "call", call, "took", took.String())
-	}
-	for arn, b := range d.Stack.Buses {
-		if b.Policy != nil {
-			d.Proxy.ResourcePolicies[arn] = b.Policy
-		}
 	}
 	proxyURL, stopProxy, err := serve(d.Proxy)
 	if err != nil {
 		return nil, err
 	}
 	d.stop = append(d.stop, stopProxy)
+
+	// Custom resources, as CloudFormation creates them: their calls, as
+	// their providers' roles, through the proxy; their answers are what
+	// the template's Fn::GetAtt of them read.
+	for _, c := range pre.CustomResources {
+		if err := d.createCustomResource(ctx, c, pre.Providers[c.Provider], proxyURL); err != nil {
+			return nil, err
+		}
+	}
+	if d.Stack, err = template.Model(tpl, names); err != nil {
+		return nil, err
+	}
+	for _, q := range d.Stack.Queues {
+		d.Fake.AddQueue(q.Name)
+	}
+	for _, arn := range secrets {
+		d.Fake.PutSecret(arn, randomText(64))
+	}
+	for name, v := range d.Stack.Parameters {
+		d.Fake.PutParameter(name, v)
+	}
+	for arn, b := range d.Stack.Buses {
+		if b.Policy != nil {
+			d.Proxy.ResourcePolicies[arn] = b.Policy
+		}
+	}
 
 	// Start every function of the template from its own code asset, as
 	// Lambda runs it (runtime, handler, architecture, memory, timeout,
@@ -201,7 +234,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		creds := aws.Credentials{AccessKeyID: key, SecretAccessKey: randomText(40), SessionToken: "e2e-" + name}
 		d.creds[name] = creds
 		d.Proxy.Keys[key] = &iam.Principal{Function: name, RoleArn: f.RoleArn, Statements: statements(f.Statements)}
-		env := append(def.Environment(template.Region),
+		env := append(def.Environment(d.Region),
 			"AWS_ACCESS_KEY_ID="+creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY="+creds.SecretAccessKey, "AWS_SESSION_TOKEN="+creds.SessionToken,
 			// The developer's ~/.aws must not reach the functions.
 			"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull,
@@ -338,14 +371,18 @@ func (d *Deployment) Invoke(ctx context.Context, name string, event []byte) ([]b
 	return res.Body, nil
 }
 
-// RunSchedule invokes the targets of a schedule rule once, with the event
-// EventBridge Scheduler sends.
+// RunSchedule invokes the targets of a schedule rule once, as EventBridge
+// does: with the target's Input when it has one, else the scheduled event.
 func (d *Deployment) RunSchedule(ctx context.Context, rule template.Rule) error {
 	ev, _ := json.Marshal(map[string]any{"version": "0", "id": randomText(16), "detail-type": "Scheduled Event", "source": "aws.events",
-		"account": template.Account, "time": time.Now().UTC().Format(time.RFC3339), "region": template.Region,
+		"account": template.Account, "time": time.Now().UTC().Format(time.RFC3339), "region": d.Region,
 		"resources": []string{d.Names.Attrs[rule.LogicalID]["Arn"]}, "detail": map[string]any{}})
 	for _, t := range rule.Targets {
-		if _, err := d.Invoke(ctx, t, ev); err != nil {
+		in := ev
+		if s, ok := rule.Inputs[t]; ok {
+			in = []byte(s)
+		}
+		if _, err := d.Invoke(ctx, t, in); err != nil {
 			return err
 		}
 	}
@@ -355,12 +392,34 @@ func (d *Deployment) RunSchedule(ctx context.Context, rule template.Rule) error 
 // ExpireByTTL deletes an item as DynamoDB's TTL does: the delete, and a
 // stream record whose userIdentity is the DynamoDB service (Type Service,
 // PrincipalId dynamodb.amazonaws.com), which is how a TTL deletion differs
-// from anyone's DeleteItem.
+// from anyone's DeleteItem. A table without TTL has none.
 func (d *Deployment) ExpireByTTL(ctx context.Context, table, key string) error {
+	if d.TableTTL(table) == "" {
+		return fmt.Errorf("table %s has no TTL (%s): DynamoDB deletes nothing by TTL there", table, d.TableOrigin(table))
+	}
 	d.ttl.Store(key, true)
 	_, err := d.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table),
 		Key: map[string]ddbtypes.AttributeValue{"actionId": &ddbtypes.AttributeValueMemberS{Value: key}}})
 	return err
+}
+
+// TableTTL is the attribute DynamoDB's TTL deletes a table's items by (""
+// without TTL, or for a table the stack does not have).
+func (d *Deployment) TableTTL(table string) string {
+	return d.tables[table].TTLAttribute()
+}
+
+// TableOrigin says which resource defines a table: the template's, or the
+// replica another stack's global table has in this Region.
+func (d *Deployment) TableOrigin(table string) string {
+	t, ok := d.tables[table]
+	switch {
+	case !ok:
+		return "not a table of the stack"
+	case strings.Contains(t.LogicalID, "/"):
+		return "the replica in " + d.Region + " of the global table " + t.LogicalID
+	}
+	return "resource " + t.LogicalID + " of the template"
 }
 
 // AgeRecords moves the mappings' clock ahead by by (0: back to now), so
@@ -404,6 +463,7 @@ func (d *Deployment) fail(format string, a ...any) {
 // function's role, as Lambda does).
 func (d *Deployment) awsConfig(function, proxyURL string) aws.Config {
 	cfg := config.Local(proxyURL)
+	cfg.Region = d.Region
 	c := d.creds[function]
 	cfg.Credentials = credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)
 	return cfg
@@ -552,10 +612,10 @@ func (d *Deployment) startRules(ctx context.Context) error {
 	d.Bus.Subscribe(func(ev eventbus.Event) {
 		busArn := ev.Bus
 		if !strings.HasPrefix(busArn, "arn:") {
-			busArn = "arn:aws:events:" + template.Region + ":" + template.Account + ":event-bus/" + ev.Bus
+			busArn = template.ARN("events", d.Region, "event-bus/"+ev.Bus)
 		}
 		env, _ := json.Marshal(map[string]any{"version": "0", "id": ev.ID, "detail-type": ev.DetailType, "source": ev.Source,
-			"account": template.Account, "time": ev.Time, "region": template.Region, "resources": []string{}, "detail": ev.Detail})
+			"account": template.Account, "time": ev.Time, "region": d.Region, "resources": []string{}, "detail": ev.Detail})
 		for _, rl := range rules {
 			if rl.BusArn != busArn {
 				continue

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/exactonce/exactonce/local/awsfake"
 )
 
 // Statement is one statement of a role's policies, named by its policy's
@@ -51,6 +54,9 @@ type Proxy struct {
 	ResourcePolicies map[string]any
 	// Region and Account build the ARNs of the calls.
 	Region, Account string
+	// Secrets are the ARNs of the secrets, for calls that name a secret
+	// rather than give its ARN.
+	Secrets []string
 
 	Client *http.Client
 	// Slow, when set, hears of calls the local service took over 2 s to answer.
@@ -60,6 +66,7 @@ type Proxy struct {
 	calls     int
 	denied    []string
 	used      map[string]int
+	actions   map[string]int // "function action" → calls allowed
 	unmodeled []string
 	iterators map[string]string // shard iterator → stream ARN
 }
@@ -69,6 +76,7 @@ type Stats struct {
 	Calls     int            // calls authorized and forwarded
 	Denied    []string       // one line per denied call
 	Used      map[string]int // statement id → calls it allowed
+	Actions   map[string]int // "function action" → calls allowed
 	Unmodeled []string       // calls the proxy could not map (refused)
 }
 
@@ -76,11 +84,8 @@ type Stats struct {
 func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	used := map[string]int{}
-	for k, v := range p.used {
-		used[k] = v
-	}
-	return Stats{Calls: p.calls, Denied: append([]string(nil), p.denied...), Used: used, Unmodeled: append([]string(nil), p.unmodeled...)}
+	return Stats{Calls: p.calls, Denied: append([]string(nil), p.denied...), Used: maps.Clone(p.used), Actions: maps.Clone(p.actions),
+		Unmodeled: append([]string(nil), p.unmodeled...)}
 }
 
 // check is one authorization a call needs.
@@ -116,7 +121,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, service, http.StatusBadRequest, "UnknownOperationException", "the e2e proxy cannot authorize "+target+": "+err.Error())
 		return
 	}
-	var usedBy []string
+	var usedBy, actions []string
 	for _, c := range checks {
 		d, err := p.decide(who, c)
 		if err != nil {
@@ -136,6 +141,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		usedBy = append(usedBy, d.Allow...)
+		actions = append(actions, who.Function+" "+c.action)
 	}
 	p.mu.Lock()
 	p.calls++
@@ -144,6 +150,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, s := range usedBy {
 		p.used[s]++
+	}
+	if p.actions == nil {
+		p.actions = map[string]int{}
+	}
+	for _, a := range actions {
+		p.actions[a]++
 	}
 	p.mu.Unlock()
 	p.forward(w, r, service, op, body)
@@ -267,8 +279,17 @@ func (p *Proxy) checks(service, op string, body []byte) ([]check, error) {
 		return []check{{action: "sqs:" + op, resource: p.arn("sqs", u[strings.LastIndex(u, "/")+1:])}}, nil
 	case SecretsManager:
 		id := str("SecretId")
-		if !strings.HasPrefix(id, "arn:") {
-			return nil, fmt.Errorf("%s by name (%q): the functions are given ARNs", op, id)
+		if id == "" {
+			return nil, fmt.Errorf("%s without SecretId", op)
+		}
+		if !strings.HasPrefix(id, "arn:") { // by name: IAM sees the secret's ARN
+			arn := p.arn("secretsmanager", "secret:"+id)
+			for _, s := range p.Secrets {
+				if awsfake.SecretName(s) == id {
+					arn = s
+				}
+			}
+			id = arn
 		}
 		return []check{{action: "secretsmanager:" + op, resource: id}}, nil
 	case SSM:

@@ -8,7 +8,8 @@ import (
 // TestChecks maps calls to the action, resource and dynamodb:LeadingKeys
 // IAM authorizes them by.
 func TestChecks(t *testing.T) {
-	p := &Proxy{Region: "us-east-1", Account: "000000000000", PartitionKeys: map[string]string{"T": "id", "T/byUser": "userKey"}}
+	p := &Proxy{Region: "us-east-1", Account: "000000000000", PartitionKeys: map[string]string{"T": "id", "T/byUser": "userKey"},
+		Secrets: []string{"arn:aws:secretsmanager:us-east-1:000000000000:secret:tbl/server-e2e000"}}
 	for _, c := range []struct {
 		service, op, body string
 		action, resource  string
@@ -19,6 +20,11 @@ func TestChecks(t *testing.T) {
 			"dynamodb:Query", "arn:aws:dynamodb:us-east-1:000000000000:table/T/index/byUser", []string{"t#u1"}},
 		{DynamoDB, "BatchGetItem", `{"RequestItems":{"T":{"Keys":[{"id":{"S":"a"}},{"id":{"S":"b"}}]}}}`, "dynamodb:BatchGetItem", "arn:aws:dynamodb:us-east-1:000000000000:table/T", []string{"a", "b"}},
 		{SQS, "SendMessage", `{"QueueUrl":"https://sqs.us-east-1.amazonaws.com/000000000000/Q","MessageBody":"x"}`, "sqs:SendMessage", "arn:aws:sqs:us-east-1:000000000000:Q", nil},
+		// A secret by name is authorized on its ARN, as Secrets Manager does
+		// (a replica Region's functions name their replica); a name no
+		// secret has, on the ARN the name would have without its suffix.
+		{SecretsManager, "GetSecretValue", `{"SecretId":"tbl/server"}`, "secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:000000000000:secret:tbl/server-e2e000", nil},
+		{SecretsManager, "GetSecretValue", `{"SecretId":"tbl/other"}`, "secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:000000000000:secret:tbl/other", nil},
 		{Events, "PutEvents", `{"Entries":[{"EventBusName":"B","Source":"s","DetailType":"d","Detail":"{}"}]}`, "events:PutEvents", "arn:aws:events:us-east-1:000000000000:event-bus/B", nil},
 	} {
 		got, err := p.checks(c.service, c.op, []byte(c.body))

@@ -10,13 +10,20 @@ import (
 // Stack is what the suite runs, read from a template: every part resolved
 // to local names.
 type Stack struct {
+	Region    string               // the Region it runs in (Names.Region)
 	Functions map[string]*Function // by code name (create, publisher, …)
-	Routes    []Route
-	Mappings  []Mapping
-	Rules     []Rule
-	Tables    map[string]Table // by logical id
-	Queues    map[string]Queue // by logical id
-	Secrets   map[string]string
+	// Providers are the functions of custom resources (their
+	// ServiceToken), by logical id: CloudFormation invokes them at deploy
+	// time, nothing does after, and the local stack makes their calls
+	// itself (see CustomResources); Name is the logical id.
+	Providers       map[string]*Function
+	CustomResources []CustomResource
+	Routes          []Route
+	Mappings        []Mapping
+	Rules           []Rule
+	Tables          map[string]Table // by logical id
+	Queues          map[string]Queue // by logical id
+	Secrets         map[string]string
 	// Parameters are the SSM parameters' values by name.
 	Parameters map[string]string
 	Buses      map[string]Bus // by ARN
@@ -87,12 +94,25 @@ type Rule struct {
 	Pattern   string // EventPattern as JSON
 	Schedule  string
 	Targets   []string // code names of target functions
+	// Inputs are the targets' constant Input by code name (a target
+	// without one gets the event).
+	Inputs map[string]string
 }
 
 // Table is one table's properties (resolved).
 type Table struct {
 	LogicalID, Name string
 	Properties      map[string]any
+}
+
+// TTLAttribute is the attribute DynamoDB's TTL deletes items by ("" when
+// the table has no TTL: an MRSC global table cannot).
+func (t Table) TTLAttribute() string {
+	ts, _ := t.Properties["TimeToLiveSpecification"].(map[string]any)
+	if ts["Enabled"] != true {
+		return ""
+	}
+	return str(ts["AttributeName"])
 }
 
 // Queue is one AWS::SQS::Queue.
@@ -106,8 +126,16 @@ type Bus struct {
 
 // Model reads the stack from t with names n (StreamArn attributes set).
 func Model(t *Template, n *Names) (*Stack, error) {
-	s := &Stack{Functions: map[string]*Function{}, Tables: map[string]Table{}, Queues: map[string]Queue{},
+	s := &Stack{Region: n.Region(), Functions: map[string]*Function{}, Providers: map[string]*Function{}, Tables: map[string]Table{}, Queues: map[string]Queue{},
 		Secrets: map[string]string{}, Buses: map[string]Bus{}, Parameters: map[string]string{}}
+	var err error
+	if s.CustomResources, err = CustomResources(t, n); err != nil {
+		return nil, err
+	}
+	providerRoles := map[string]bool{}
+	for _, c := range s.CustomResources {
+		providerRoles[refID(t.Resources[c.Provider].Properties["Role"])] = true
+	}
 	byLogical := map[string]*Function{}
 	roleStatements := map[string][]Statement{}
 	for _, id := range t.OfType("AWS::IAM::Policy") {
@@ -129,7 +157,7 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", id, err)
 		}
-		if m := asList(props["ManagedPolicyArns"]); len(m) > 0 {
+		if m := asList(props["ManagedPolicyArns"]); len(m) > 0 && !(providerRoles[id] && len(m) == 1 && m[0] == basicExecution) {
 			return nil, fmt.Errorf("role %s has managed policies %v: the suite evaluates only the template's own statements", id, m)
 		}
 		for _, p := range asList(props["Policies"]) {
@@ -148,7 +176,9 @@ func Model(t *Template, n *Names) (*Stack, error) {
 			return nil, fmt.Errorf("function %s: %w", id, err)
 		}
 		name := codeName(r)
-		if name == "" {
+		if isProvider(s.CustomResources, id) {
+			name = id
+		} else if name == "" {
 			return nil, fmt.Errorf("function %s: cannot tell which functions/ folder it runs (no aws:cdk:path metadata ending in <Name>/Function/Resource)", id)
 		}
 		f := &Function{LogicalID: id, Name: name, Env: map[string]string{}}
@@ -175,6 +205,10 @@ func Model(t *Template, n *Names) (*Stack, error) {
 		}
 		roleName := f.RoleArn[strings.LastIndex(f.RoleArn, "/")+1:]
 		f.Statements = roleStatements[roleName]
+		if name == id {
+			s.Providers[id] = f
+			continue
+		}
 		if _, dup := s.Functions[name]; dup {
 			return nil, fmt.Errorf("two functions run functions/%s", name)
 		}
@@ -308,7 +342,7 @@ func Model(t *Template, n *Names) (*Stack, error) {
 			if b, ok := busByName(name); ok {
 				rl.BusArn = b.Arn
 			} else {
-				rl.BusArn = "arn:aws:events:" + Region + ":" + Account + ":event-bus/" + name
+				rl.BusArn = ARN("events", s.Region, "event-bus/"+name)
 			}
 		}
 		for _, tg := range asList(props["Targets"]) {
@@ -317,7 +351,18 @@ func Model(t *Template, n *Names) (*Stack, error) {
 			if f == nil {
 				return nil, fmt.Errorf("rule %s targets %v: the local stack runs only function targets", id, tm["Arn"])
 			}
+			for _, k := range []string{"InputPath", "InputTransformer"} {
+				if _, ok := tm[k]; ok {
+					return nil, fmt.Errorf("rule %s: target %s has %s, which the local stack does not model (Input, or none)", id, f.Name, k)
+				}
+			}
 			rl.Targets = append(rl.Targets, f.Name)
+			if in := str(tm["Input"]); in != "" {
+				if rl.Inputs == nil {
+					rl.Inputs = map[string]string{}
+				}
+				rl.Inputs[f.Name] = in
+			}
 		}
 		s.Rules = append(s.Rules, rl)
 	}
@@ -346,6 +391,24 @@ func Model(t *Template, n *Names) (*Stack, error) {
 	}
 	sort.Slice(s.Routes, func(i, j int) bool { return s.Routes[i].RouteKey < s.Routes[j].RouteKey })
 	return s, nil
+}
+
+// refID is the logical id a Ref or Fn::GetAtt names ("" for another value).
+func refID(v any) string {
+	m, _ := v.(map[string]any)
+	if id, ok := m["Ref"].(string); ok {
+		return id
+	}
+	switch a := m["Fn::GetAtt"].(type) {
+	case []any:
+		if len(a) == 2 {
+			return str(a[0])
+		}
+	case string:
+		id, _, _ := strings.Cut(a, ".")
+		return id
+	}
+	return ""
 }
 
 // codeName is the functions/ folder a function runs: the construct path's

@@ -7,18 +7,23 @@ package template
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 )
 
-// Local account and Region of the stack the suite runs.
+// Local account of the stack the suite runs, and its Region when the
+// template is environment-agnostic (a stack with an environment runs in its
+// own Region: Template.Region).
 const (
-	Region    = "us-east-1"
-	Account   = "000000000000"
-	Partition = "aws"
+	DefaultRegion = "us-east-1"
+	Account       = "000000000000"
+	Partition     = "aws"
 )
 
 // Template is a CloudFormation template's resources.
@@ -26,6 +31,15 @@ type Template struct {
 	Resources map[string]Resource `json:"Resources"`
 	// Path is the file it was read from ("" when parsed from bytes).
 	Path string `json:"-"`
+	// Stack is its stack's artifact id in the cloud assembly ("" without
+	// one), Region the Region the assembly gives it (DefaultRegion when the
+	// stack is environment-agnostic).
+	Stack  string `json:"-"`
+	Region string `json:"-"`
+	// Dependencies are the templates of the stacks cdk deploy deploys
+	// before this one (a replica Region's stack depends on the first
+	// Region's, which creates the global table and the secret).
+	Dependencies []*Template `json:"-"`
 }
 
 // Resource is one resource of a template.
@@ -35,8 +49,14 @@ type Resource struct {
 	Metadata   map[string]any `json:"Metadata"`
 }
 
-// Load reads a template file.
+// Load reads a template file and, from the cloud assembly's manifest.json
+// beside it when there is one, its stack's Region and the templates of the
+// stacks it depends on.
 func Load(path string) (*Template, error) {
+	return load(path, map[string]bool{})
+}
+
+func load(path string, seen map[string]bool) (*Template, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -45,8 +65,83 @@ func Load(path string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Path = path
+	t.Path, t.Region = path, DefaultRegion
+	m, err := readManifest(filepath.Join(filepath.Dir(path), "manifest.json"))
+	if err != nil || m == nil {
+		return t, err
+	}
+	for id, a := range m.Artifacts {
+		if a.Type != "aws:cloudformation:stack" || a.Properties.TemplateFile != filepath.Base(path) {
+			continue
+		}
+		t.Stack = id
+		account, region, err := environment(id, a.Environment)
+		if err != nil {
+			return nil, err
+		}
+		if account != "" && account != Account {
+			return nil, fmt.Errorf("stack %s is synthesized for account %s: the local stack runs in account %s (synthesize with -c exactonce:account=%s)", id, account, Account, Account)
+		}
+		if region != "" {
+			t.Region = region
+		}
+		seen[id] = true
+		for _, dep := range a.Dependencies {
+			da, ok := m.Artifacts[dep]
+			if !ok || da.Type != "aws:cloudformation:stack" || seen[dep] {
+				continue
+			}
+			dt, err := load(filepath.Join(filepath.Dir(path), da.Properties.TemplateFile), seen)
+			if err != nil {
+				return nil, fmt.Errorf("stack %s depends on %s: %w", id, dep, err)
+			}
+			t.Dependencies = append(t.Dependencies, dt)
+		}
+	}
 	return t, nil
+}
+
+// manifest is the part of a cloud assembly's manifest.json the suite reads.
+type manifest struct {
+	Artifacts map[string]struct {
+		Type         string   `json:"type"`
+		Environment  string   `json:"environment"`
+		Dependencies []string `json:"dependencies"`
+		Properties   struct {
+			TemplateFile string `json:"templateFile"`
+		} `json:"properties"`
+	} `json:"artifacts"`
+}
+
+func readManifest(path string) (*manifest, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &m, nil
+}
+
+// environment reads a stack's "aws://ACCOUNT/REGION" ("" for unknown-…).
+func environment(stack, env string) (account, region string, err error) {
+	rest, ok := strings.CutPrefix(env, "aws://")
+	account, region, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 {
+		return "", "", fmt.Errorf("stack %s: environment %q is not aws://ACCOUNT/REGION", stack, env)
+	}
+	if account == "unknown-account" {
+		account = ""
+	}
+	if region == "unknown-region" {
+		region = ""
+	}
+	return account, region, nil
 }
 
 // Parse reads a template.
@@ -82,13 +177,16 @@ type Names struct {
 
 // LocalNames gives every resource the name and ARNs it has in the local
 // stack: its logical id as its physical name (or the name the template
-// sets), in account Account and Region. Attributes only known once the
-// resource exists (a table's StreamArn) are set by the caller.
+// sets), in account Account and the template's Region. Attributes only
+// known once the resource exists (a table's StreamArn, a custom resource's
+// outputs) are set by the caller.
 func LocalNames(t *Template) *Names {
 	n := &Names{Refs: map[string]string{}, Attrs: map[string]map[string]string{}}
-	arn := func(service, resource string) string {
-		return "arn:" + Partition + ":" + service + ":" + Region + ":" + Account + ":" + resource
+	region := t.Region
+	if region == "" {
+		region = DefaultRegion
 	}
+	arn := func(service, resource string) string { return ARN(service, region, resource) }
 	for id, r := range t.Resources {
 		name := id
 		attrs := map[string]string{}
@@ -97,10 +195,10 @@ func LocalNames(t *Template) *Names {
 			name = propString(r, "TableName", id)
 			attrs["Arn"] = arn("dynamodb", "table/"+name)
 		case "AWS::SecretsManager::Secret":
-			name = arn("secretsmanager", "secret:"+propString(r, "Name", id)+"-e2e000")
+			name = SecretARN(region, propString(r, "Name", id))
 		case "AWS::SQS::Queue":
 			qn := propString(r, "QueueName", id)
-			name = "https://sqs." + Region + ".amazonaws.com/" + Account + "/" + qn
+			name = "https://sqs." + region + ".amazonaws.com/" + Account + "/" + qn
 			attrs["Arn"], attrs["QueueName"], attrs["QueueUrl"] = arn("sqs", qn), qn, name
 		case "AWS::Events::EventBus":
 			name = propString(r, "Name", id)
@@ -128,9 +226,27 @@ func LocalNames(t *Template) *Names {
 		n.Refs[id] = name
 		n.Attrs[id] = attrs
 	}
-	n.Refs["AWS::Region"], n.Refs["AWS::AccountId"], n.Refs["AWS::Partition"] = Region, Account, Partition
-	n.Refs["AWS::URLSuffix"], n.Refs["AWS::StackName"] = "amazonaws.com", "ExactOnce"
+	stack := t.Stack
+	if stack == "" {
+		stack = "ExactOnce"
+	}
+	n.Refs["AWS::Region"], n.Refs["AWS::AccountId"], n.Refs["AWS::Partition"] = region, Account, Partition
+	n.Refs["AWS::URLSuffix"], n.Refs["AWS::StackName"] = "amazonaws.com", stack
 	return n
+}
+
+// Region is the Region of the local stack the names are in.
+func (n *Names) Region() string { return n.Refs["AWS::Region"] }
+
+// ARN is the ARN of a resource of the local account in region.
+func ARN(service, region, resource string) string {
+	return "arn:" + Partition + ":" + service + ":" + region + ":" + Account + ":" + resource
+}
+
+// SecretARN is the local ARN of the secret named name in region: Secrets
+// Manager adds a hyphen and six random characters to the name.
+func SecretARN(region, name string) string {
+	return ARN("secretsmanager", region, "secret:"+name+"-e2e000")
 }
 
 func propString(r Resource, key, def string) string {

@@ -76,6 +76,31 @@ func (s *Server) PutSecret(arn, value string) {
 	s.secrets[arn] = value
 }
 
+// secret finds a secret by its ARN or its name.
+func (s *Server) secret(id string) (arn, value string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.secrets[id]; ok {
+		return id, v, true
+	}
+	for arn, v := range s.secrets {
+		if SecretName(arn) == id {
+			return arn, v, true
+		}
+	}
+	return "", "", false
+}
+
+// SecretName is the name of the secret whose ARN is arn: its resource after
+// "secret:", less the hyphen and six random characters Secrets Manager adds.
+func SecretName(arn string) string {
+	_, name, _ := strings.Cut(arn, ":secret:")
+	if len(name) > 7 && name[len(name)-7] == '-' {
+		return name[:len(name)-7]
+	}
+	return name
+}
+
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var in map[string]any
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil {
@@ -107,15 +132,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		reply(w, map[string]any{"Attributes": map[string]string{"ApproximateNumberOfMessages": itoa(n)}})
 	case "secretsmanager.GetSecretValue":
-		id := str("SecretId")
-		s.mu.Lock()
-		v, ok := s.secrets[id]
-		s.mu.Unlock()
+		arn, v, ok := s.secret(str("SecretId"))
 		if !ok {
 			fail(w, http.StatusBadRequest, "ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
 			return
 		}
-		reply(w, map[string]any{"ARN": id, "Name": id[strings.LastIndex(id, ":")+1:], "SecretString": v,
+		reply(w, map[string]any{"ARN": arn, "Name": SecretName(arn), "SecretString": v,
 			"VersionId": "e2e", "VersionStages": []string{"AWSCURRENT"}, "CreatedDate": float64(time.Now().Unix())})
 	case "AmazonSSM.GetParameter":
 		name := str("Name")

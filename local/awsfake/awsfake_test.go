@@ -43,4 +43,17 @@ func TestThroughTheSDK(t *testing.T) {
 	if _, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn + "x")}); err == nil {
 		t.Fatal("an unknown secret was found")
 	}
+	// By name, as a replica Region's functions name their replica: the
+	// name is the ARN's resource less the hyphen and six characters.
+	s.PutSecret("arn:aws:secretsmanager:us-east-2:000000000000:secret:tbl/server-e2e000", "v2")
+	out, err = sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String("tbl/server")})
+	if err != nil || aws.ToString(out.SecretString) != "v2" || aws.ToString(out.Name) != "tbl/server" ||
+		aws.ToString(out.ARN) != "arn:aws:secretsmanager:us-east-2:000000000000:secret:tbl/server-e2e000" {
+		t.Fatalf("secret by name %+v %v", out, err)
+	}
+	for _, id := range []string{"tbl/server-e2e000", "tbl", "tbl/serve", "s-e2e0"} {
+		if _, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)}); err == nil {
+			t.Errorf("secret %q found", id)
+		}
+	}
 }
