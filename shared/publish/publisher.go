@@ -237,7 +237,6 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 		switch {
 		case errors.As(err, &missing) || p.Uses == nil:
 			// Find the records concerned one by one.
-			entries = nil
 			for _, i := range slices.Sorted(maps.Keys(uses)) {
 				es, err := UseEntries(ctx, p.Uses, uses[i])
 				if err != nil && !errors.As(err, &missing) || p.Uses == nil {
