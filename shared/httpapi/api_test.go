@@ -48,6 +48,8 @@ var (
 	none   = map[string]int{}
 	update = map[string]int{"UpdateItem": 1}
 	get    = map[string]int{"GetItem": 1}
+
+	twoUpdates = map[string]int{"UpdateItem": 2}
 )
 
 func create(t *testing.T, env *testkit.Env, body string, headers ...string) *testkit.Response {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,120 +12,6 @@ import (
 
 	"github.com/exactonce/exactonce/internal/testkit"
 )
-
-var twoUpdates = map[string]int{"UpdateItem": 2}
-
-func TestPIN(t *testing.T) {
-	t.Parallel()
-	env := testkit.NewEnv(t)
-	r := create(t, env, `{"actionId":"p","userId":"u","pin":"PIN-2468-right","maxPinAttempts":3}`)
-	if r.Body["pinProtected"] != true || r.Body["pinAttemptsRemaining"] != 3.0 || strings.Contains(r.Raw, "PIN-2468-right") {
-		t.Fatalf("create: %s", r.Raw)
-	}
-	// A wrong PIN: its guess is reserved (counted) by one write, then
-	// compared: nothing more to write.
-	w := do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-0000-wrong"}`)
-	expect(t, env, w, 403, "invalid_pin", update)
-	if w.Body["attemptsRemaining"] != 2.0 {
-		t.Fatalf("wrong pin: %s", w.Raw)
-	}
-	// A missing PIN counts nothing and says which field is missing.
-	for range 5 {
-		m := do(t, env, "POST", "/actions/p/consume", ``)
-		expect(t, env, m, 403, "pin_required", update)
-		if m.Str("field") != "pin" || m.Body["attemptsRemaining"] != nil {
-			t.Fatalf("missing pin: %s", m.Raw)
-		}
-	}
-	if g := do(t, env, "GET", "/actions/p", ""); g.Body["pinAttemptsRemaining"] != 2.0 {
-		t.Fatalf("missing PINs were counted: %s", g.Raw)
-	}
-	env.Counter.Take()
-	// The right PIN: reserve a guess, compare, consume (giving the guess back).
-	ok := do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-2468-right"}`)
-	expect(t, env, ok, 200, "", twoUpdates)
-	if ok.Body["pinAttemptsRemaining"] != 2.0 {
-		t.Fatalf("right pin: %s", ok.Raw)
-	}
-	expect(t, env, do(t, env, "POST", "/actions/p/consume", `{"pin":"PIN-2468-right"}`), 409, "already_used", update)
-	expect(t, env, do(t, env, "POST", "/actions/p/consume", `{"pin":"1111"}`), 409, "already_used", update)
-
-	raw := rawItem(t, env, "p")
-	for k, v := range raw {
-		if strings.Contains(fmt.Sprint(v), "PIN-2468-right") {
-			t.Fatalf("attribute %s holds the PIN", k)
-		}
-	}
-	if strings.Contains(env.Log.String(), "PIN-2468-right") || strings.Contains(env.Log.String(), "PIN-0000-wrong") {
-		t.Fatal("a PIN reached the logs")
-	}
-}
-
-func TestPINLockout(t *testing.T) {
-	t.Parallel()
-	env := testkit.NewEnv(t)
-	create(t, env, `{"actionId":"l","userId":"u","pin":"2468","maxPinAttempts":2}`)
-	expect(t, env, do(t, env, "POST", "/actions/l/consume", `{"pin":"1111"}`), 403, "invalid_pin", update)
-	last := do(t, env, "POST", "/actions/l/consume", `{"pin":"2222"}`)
-	expect(t, env, last, 403, "invalid_pin", update)
-	if last.Body["attemptsRemaining"] != 0.0 {
-		t.Fatalf("locking attempt: %s", last.Raw)
-	}
-	for _, pin := range []string{"2468", "3333"} {
-		r := do(t, env, "POST", "/actions/l/consume", `{"pin":"`+pin+`"}`)
-		expect(t, env, r, 423, "locked", update)
-		if r.Str("lockedAt") == "" {
-			t.Fatalf("no lockedAt: %s", r.Raw)
-		}
-	}
-	g := do(t, env, "GET", "/actions/l", "")
-	if g.Body["pinAttemptsRemaining"] != 0.0 || g.Str("lockedAt") == "" || g.Str("state") != "active" {
-		t.Fatalf("GET locked: %s", g.Raw)
-	}
-	env.Counter.Take()
-	// A locked action can still be canceled.
-	expect(t, env, do(t, env, "POST", "/actions/l/cancel", ``), 200, "", update)
-}
-
-// TestConcurrentWrongPINs: 20 parallel wrong PINs count exactly up to the
-// limit: none lost, none past it.
-func TestConcurrentWrongPINs(t *testing.T) {
-	t.Parallel()
-	env := testkit.NewEnv(t)
-	for round := range 5 {
-		id := fmt.Sprintf("c%d", round)
-		create(t, env, `{"actionId":"`+id+`","userId":"u","pin":"2468","maxPinAttempts":5}`)
-		var wg sync.WaitGroup
-		statuses := make([]int, 20)
-		for g := range 20 {
-			wg.Go(func() {
-				r, err := testkit.Send(client, "POST", env.URL+"/actions/"+id+"/consume", fmt.Sprintf(`{"pin":"bad%d"}`, g))
-				if err == nil {
-					statuses[g] = r.Status
-				}
-			})
-		}
-		wg.Wait()
-		if n := env.Counter.Take()["UpdateItem"]; n > 40 {
-			t.Fatalf("round %d: %d UpdateItems for 20 wrong PINs, want at most 2 each", round, n)
-		}
-		counts := map[int]int{}
-		for _, s := range statuses {
-			counts[s]++
-		}
-		if counts[403] != 5 || counts[423] != 15 {
-			t.Fatalf("round %d: statuses %v, want 5x403 and 15x423", round, counts)
-		}
-		item := rawItem(t, env, id)
-		if n := item["pinFailures"].(*types.AttributeValueMemberN).Value; n != "5" {
-			t.Fatalf("pinFailures = %s, want 5", n)
-		}
-		if l := item["pinFailedAt"].(*types.AttributeValueMemberL).Value; len(l) != 5 {
-			t.Fatalf("pinFailedAt has %d entries", len(l))
-		}
-		expect(t, env, do(t, env, "POST", "/actions/"+id+"/consume", `{"pin":"2468"}`), 423, "locked", nil)
-	}
-}
 
 func TestPayload(t *testing.T) {
 	t.Parallel()

@@ -39,3 +39,31 @@ func TestKeyedReleaseKeyFencesReplayAndReuse(t *testing.T) {
 		t.Fatalf("unkeyed release: %d %s", r.Status, r.Raw)
 	}
 }
+
+// TestKeyedReleaseRetryNeverFreesALaterTake: a keyed release whose answer
+// was lost is re-sent (same Idempotency-Key, same body) after the useId took
+// its use again. The re-send replays the first release and frees nothing:
+// one keyed call, one release. Before the fix the release's condition never
+// looked at the key (a take's does, useKey:), so the re-send freed the new
+// use.
+func TestKeyedReleaseRetryNeverFreesALaterTake(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"rk","userId":"u","maxUses":2,"releasable":true}`)
+	if r := do(t, env, "POST", "/actions/rk/consume", `{"useId":"dev"}`); r.Status != 200 {
+		t.Fatalf("take: %d %s", r.Status, r.Raw)
+	}
+	first := do(t, env, "POST", "/actions/rk/uses/dev/release", ``, "Idempotency-Key", "deactivate-1")
+	if first.Status != 200 {
+		t.Fatalf("release: %d %s", first.Status, first.Raw)
+	}
+	if r := do(t, env, "POST", "/actions/rk/consume", `{"useId":"dev"}`); r.Status != 200 || do(t, env, "GET", "/actions/rk", "").Body["usesHeld"] != 1.0 {
+		t.Fatalf("take again: %d %s", r.Status, r.Raw)
+	}
+	resent := do(t, env, "POST", "/actions/rk/uses/dev/release", ``, "Idempotency-Key", "deactivate-1")
+	g := do(t, env, "GET", "/actions/rk", "")
+	if resent.Header.Get("Idempotent-Replayed") != "true" || g.Body["usesHeld"] != 1.0 {
+		t.Fatalf("re-sent keyed release freed the later take: replayed=%q usesHeld=%v; first %s; re-send %s",
+			resent.Header.Get("Idempotent-Replayed"), g.Body["usesHeld"], first.Raw, resent.Raw)
+	}
+}

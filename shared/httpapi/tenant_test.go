@@ -207,3 +207,23 @@ func TestEventsCarryTheTenant(t *testing.T) {
 		t.Fatalf("events by tenant: %v", got)
 	}
 }
+
+// TestDerivedIDsDifferAcrossTenants: "PINs and payloads are bound to the
+// item key too" and derived ids are "unguessable", so an id derived from an
+// Idempotency-Key is bound to its tenant: the same key ("order-77") in two
+// tenants names two actions. Before the fix the id was the same in every
+// tenant: a tenant that guessed or observed another tenant's key (order
+// numbers) learned that tenant's action id, which magic links use as their
+// secret part.
+func TestDerivedIDsDifferAcrossTenants(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t, withTenants)
+	a := as(t, env, alpha, "POST", "/actions", `{"userId":"ua"}`, "Idempotency-Key", "order-77")
+	b := as(t, env, beta, "POST", "/actions", `{"userId":"ub"}`, "Idempotency-Key", "order-77")
+	if a.Status != 201 || b.Status != 201 {
+		t.Fatalf("%s / %s", a.Raw, b.Raw)
+	}
+	if a.Str("actionId") == b.Str("actionId") {
+		t.Fatalf("tenant beta derives tenant alpha's action id from the key alone: %s", a.Str("actionId"))
+	}
+}

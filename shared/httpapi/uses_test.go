@@ -485,9 +485,9 @@ func TestMultiUseCreateReplay(t *testing.T) {
 	}
 }
 
-// TestUserListShowsUseCounts (review finding): the user listing showed a
-// multi-use action without maxUses, releasable or usesHeld, as if single use,
-// while GET showed them: the listing's projection lacked those attributes.
+// TestUserListShowsUseCounts: the user listing shows a multi-use action's
+// maxUses, releasable and usesHeld, as GET does. Before the fix the
+// listing's projection lacked those attributes and showed it as single use.
 func TestUserListShowsUseCounts(t *testing.T) {
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"lu","userId":"lu-user","maxUses":3,"releasable":true}`)

@@ -1,7 +1,8 @@
 package httpapi_test
 
-// Two-write paths under lost answers (issue 21, items 7 and 10), through the
-// real handlers on DynamoDB Local behind the fault proxy.
+// Writes under lost answers (issue 21, item 7): the write that makes a
+// change stamps its own time. Also the environments whose DynamoDB traffic
+// crosses the fault proxy (proxied, hooked), used across this package.
 
 import (
 	"net/http"
@@ -14,12 +15,23 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
 )
+
+// proxied is an Env whose DynamoDB traffic crosses a fault proxy.
+func proxied(t *testing.T) (*testkit.Env, *faults.Proxy) {
+	t.Helper()
+	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	return env, p
+}
 
 // hooked is an Env whose DynamoDB traffic crosses the fault proxy and then
 // a hook that sees every UpdateItem before it is forwarded (n counts them).
@@ -142,90 +154,4 @@ func TestCancelAllStampsEachCancel(t *testing.T) {
 		env.Shift(0)
 	}
 	t.Fatalf("cancel-all never canceled the action: %s", r.Raw)
-}
-
-// TestReusedKeyGuessLostAnswerCountsOnce (item 10): a reused key on a PIN
-// action spends a guess with its own write (the 422 path). When that
-// write's answer is lost and the SDK re-sends it, it must count once.
-// Before the fix the re-send counted again (3 → 1). A keyed re-send of the
-// same request (same key, same body) counts nothing either: it compares
-// nothing new.
-func TestReusedKeyGuessLostAnswerCountsOnce(t *testing.T) {
-	t.Parallel()
-	env, proxy := proxied(t)
-	create(t, env, `{"actionId":"rg","userId":"u","pin":"2468","maxPinAttempts":4}`)
-	if r := do(t, env, "POST", "/actions/rg/consume", `{"pin":"0000"}`, "Idempotency-Key", "g-1"); r.Status != 403 {
-		t.Fatalf("first guess: %d %s", r.Status, r.Raw)
-	}
-	// The same key with another PIN: write 1 (the reservation) is refused,
-	// write 2 spends the guess; its answer is lost.
-	proxy.PassThenDrop(1, 1)
-	r := do(t, env, "POST", "/actions/rg/consume", `{"pin":"1111"}`, "Idempotency-Key", "g-1")
-	proxy.PassThenDrop(0, 0)
-	if r.Status != 422 {
-		t.Fatalf("reused key: %d %s", r.Status, r.Raw)
-	}
-	if proxy.Counts().Dropped != 1 {
-		t.Fatalf("fault proxy: %s", proxy)
-	}
-	remaining := func() any { return do(t, env, "GET", "/actions/rg", "").Body["pinAttemptsRemaining"] }
-	if n := remaining(); n != 2.0 {
-		t.Fatalf("after one wrong guess and one reused key: %v attempts remain, want 2", n)
-	}
-	env.Counter.Take()
-	expect(t, env, do(t, env, "POST", "/actions/rg/consume", `{"pin":"1111"}`, "Idempotency-Key", "g-1"), 422, "idempotency_key_reused", twoUpdates)
-	if n := remaining(); n != 2.0 {
-		t.Fatalf("keyed re-send of the same request counted again: %v remain", n)
-	}
-	// Another body under the key is another guess.
-	if r := do(t, env, "POST", "/actions/rg/consume", `{"pin":"2222"}`, "Idempotency-Key", "g-1"); r.Status != 422 {
-		t.Fatalf("another body: %d %s", r.Status, r.Raw)
-	}
-	if n := remaining(); n != 1.0 {
-		t.Fatalf("another body under the key: %v remain, want 1", n)
-	}
-
-	// The create path: a key re-sent with another PIN, the spend's answer lost.
-	create(t, env, `{"actionId":"rc2","userId":"u","pin":"1357","maxPinAttempts":3}`, "Idempotency-Key", "c-1")
-	proxy.PassThenDrop(1, 1)
-	r = do(t, env, "POST", "/actions", `{"actionId":"rc2","userId":"u","pin":"0000","maxPinAttempts":3}`, "Idempotency-Key", "c-1")
-	proxy.PassThenDrop(0, 0)
-	if r.Status != 422 {
-		t.Fatalf("create, reused key: %d %s", r.Status, r.Raw)
-	}
-	if n := rawItem(t, env, "rc2")["pinFailures"].(*types.AttributeValueMemberN).Value; n != "1" {
-		t.Fatalf("create's reused key with a lost answer: pinFailures = %s, want 1", n)
-	}
-}
-
-// TestReusedKeyGuessesUnderFaults (item 10): three other bodies under one
-// key, each sent twice, while 30% of the UpdateItem answers are lost (the
-// SDK re-sends; a 503 is re-sent by the caller). Each body is one guess,
-// whatever was lost: 1 + 3 counted. Without the fence it counted 8 (every
-// re-send, and every lost answer's SDK re-send, counted again).
-func TestReusedKeyGuessesUnderFaults(t *testing.T) {
-	t.Parallel()
-	env, proxy := proxied(t)
-	create(t, env, `{"actionId":"rf","userId":"u","pin":"2468","maxPinAttempts":10}`)
-	if r := do(t, env, "POST", "/actions/rf/consume", `{"pin":"0000"}`, "Idempotency-Key", "f-1"); r.Status != 403 {
-		t.Fatalf("first guess: %d %s", r.Status, r.Raw)
-	}
-	proxy.SetRates(faults.Rates{DropAfter: 0.3})
-	for i := range 6 {
-		body := `{"pin":"111` + string(rune('1'+i%3)) + `"}`
-		for attempt := 0; ; attempt++ {
-			r := do(t, env, "POST", "/actions/rf/consume", body, "Idempotency-Key", "f-1")
-			if r.Status == 422 {
-				break
-			}
-			if r.Status != 503 || attempt == 20 {
-				t.Fatalf("send %d of %s: %d %s", i, body, r.Status, r.Raw)
-			}
-		}
-	}
-	proxy.SetRates(faults.Rates{})
-	t.Logf("fault proxy: %s", proxy)
-	if n := rawItem(t, env, "rf")["pinFailures"].(*types.AttributeValueMemberN).Value; n != "4" {
-		t.Fatalf("pinFailures = %s, want 4 (one wrong PIN, three other bodies)", n)
-	}
 }

@@ -10,12 +10,14 @@ import (
 	"github.com/exactonce/exactonce/idempotency"
 )
 
-// TestReviewInvalidUTF8ResponseRunsTwice: Run accepts any []byte response of
-// at most MaxResponseBytes, but the table stores it as a DynamoDB string:
-// the SDK turns each byte that is not UTF-8 into U+FFFD (3 bytes), so a
-// 150 KB response becomes a 450 KB item, Complete is refused, and the key
-// frees itself when its lease lapses: the retry runs the effect again.
-func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
+// TestInvalidUTF8ResponseRunsOnce: Run accepts any []byte response of at
+// most MaxResponseBytes, but the table stores it as a DynamoDB string: the
+// SDK would turn each byte that is not UTF-8 into U+FFFD (3 bytes), so a
+// 150 KB response would become a 450 KB item. The effect still runs once: a
+// retry after the lease lapsed does not run it again. Before the fix
+// Complete was refused and the key freed itself when its lease lapsed, so
+// the retry ran the effect again.
+func TestInvalidUTF8ResponseRunsOnce(t *testing.T) {
 	table, _ := newTable(t)
 	clk := newClock()
 	effects := 0
@@ -30,12 +32,12 @@ func TestReviewInvalidUTF8ResponseRunsTwice(t *testing.T) {
 	}
 }
 
-// TestReviewInvalidUTF8ResponseReplaysOtherBytes: a small response that is
+// TestInvalidUTF8ResponseNeverReplaysOtherBytes: a small response that is
 // not UTF-8 would be stored as other bytes (U+FFFD for each bad one), so a
 // replay would answer what the first call never got. It is not stored: the
 // first call learns ErrResponseNotStored, the key stays held, and a retry
 // neither runs the effect again nor replays other bytes.
-func TestReviewInvalidUTF8ResponseReplaysOtherBytes(t *testing.T) {
+func TestInvalidUTF8ResponseNeverReplaysOtherBytes(t *testing.T) {
 	table, _ := newTable(t)
 	resp := []byte{'o', 'k', 0xff}
 	effects := 0
