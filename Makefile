@@ -166,7 +166,7 @@ BENCH_OUT = $(if $(RECORD),bench/results,bin/bench)
 
 bench: $(TOOLS) ## measure (requests per outcome vs the alternatives, latency, sizes, cold starts, cost) into bin/bench/ (RECORD=1: bench/results/)
 	@mkdir -p $(BENCH_OUT)
-	EXACTONCE_BENCH_OUT=$(CURDIR)/$(BENCH_OUT) EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
+	set -o pipefail; EXACTONCE_BENCH_OUT=$(CURDIR)/$(BENCH_OUT) EXACTONCE_BENCH_N=$${BENCH_N:-2000} \
 	  go test -count=1 -timeout 45m -v -run '^TestReport$$' -bench . -benchtime $${BENCHTIME:-200x} ./bench | grep -v '^=== RUN'
 	@echo "written: $(BENCH_OUT)/latest.md, $(BENCH_OUT)/latest.json"
 
