@@ -13,7 +13,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 
 TOOLS := .tools/node_modules/.package-lock.json
 FUNCTIONS := $(notdir $(wildcard functions/*))
-GOTEST_FLAGS ?= -count=1 -timeout 25m
+GOTEST_FLAGS ?= -count=1 -timeout 45m
 # Our packages run under the race detector. infra/ and its packages
 # (infra/exactonce, infra/idemtable) do not: the jsii runtime that drives the CDK reports races
 # inside its own kernel client (jsii.Initialize, a third-party module), and

@@ -246,10 +246,10 @@ func takeAll(t *testing.T, env *testkit.Env, id string, callers int) (ok, full i
 }
 
 // TestUsesRace: 64 callers with distinct useIds race for an action of 5
-// uses, 50 rounds: exactly 5 × 200 and 59 × 409 each round.
+// uses, 20 rounds (1,280 takes): exactly 5 × 200 and 59 × 409 each round.
 func TestUsesRace(t *testing.T) {
 	env := testkit.NewEnv(t)
-	rounds, start := 50, time.Now()
+	rounds, start := 20, time.Now()
 	for round := range rounds {
 		ok, full := race(t, env, fmt.Sprintf("r%d", round), 64, 5)
 		if ok != 5 || full != 59 {
@@ -276,7 +276,7 @@ func TestUsesRaceLostAnswers(t *testing.T) {
 			return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond)
 		}
 	})
-	for round := range 50 {
+	for round := range 20 { // 1,280 takes, about 130 answers dropped
 		p.SetRates(faults.Rates{})
 		ok, full := func() (int, int) {
 			// create without faults; the race with them
