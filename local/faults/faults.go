@@ -31,6 +31,9 @@ type Rates struct {
 // Counts are the faults injected so far.
 type Counts struct {
 	Requests, Throttled, ServerErrors, Dropped, Unavailable, Conflicts int64
+	// Trimmed counts the GetRecords answered TrimmedDataAccessException
+	// (TrimNextIterator).
+	Trimmed int64
 	// HotItem counts the writes refused because their item was over the
 	// LimitItemWrites rate.
 	HotItem int64
@@ -46,7 +49,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	counts struct {
-		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot atomic.Int64
+		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot, trimmed atomic.Int64
 	}
 	hotMu    sync.Mutex
 	hotRate  float64
@@ -54,8 +57,11 @@ type Proxy struct {
 	down     atomic.Bool
 	lose     atomic.Bool
 	plan     []fault // the next matching requests' faults (none passes)
-	client   *http.Client
-	srv      *http.Server
+	// trimNext and trimmedIterators: TrimNextIterator (trim.go).
+	trimNext         bool
+	trimmedIterators map[string]bool
+	client           *http.Client
+	srv              *http.Server
 	// URL is the proxy's endpoint.
 	URL string
 	// entries refuses single PutEvents entries (entries.go).
@@ -85,7 +91,7 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
 		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load(),
-		Conflicts: p.counts.conflicts.Load(), HotItem: p.counts.hot.Load()}
+		Conflicts: p.counts.conflicts.Load(), HotItem: p.counts.hot.Load(), Trimmed: p.counts.trimmed.Load()}
 }
 
 // Down makes the target unavailable (true) or available again (false): while
@@ -158,6 +164,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.hotItem(r, body) {
 		hotItemError(w)
+		return
+	}
+	if p.trimmed(w, r, body) {
 		return
 	}
 	f := p.pick(r)

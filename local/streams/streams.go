@@ -153,6 +153,7 @@ func (r *Reader) Run(ctx context.Context) error {
 		arn = t.Table.LatestStreamArn
 	}
 	iters := map[string]*string{} // open shard → next iterator
+	after := map[string]string{}  // shard → the last record read from it
 	done := map[string]bool{}
 	for ctx.Err() == nil {
 		desc, err := r.Streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: arn})
@@ -169,21 +170,43 @@ func (r *Reader) Run(ctx context.Context) error {
 			if done[id] || iters[id] != nil || !parentDone {
 				continue
 			}
-			it, err := r.Streams.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{
-				StreamArn: arn, ShardId: sh.ShardId, ShardIteratorType: types.ShardIteratorTypeTrimHorizon,
-			})
-			if err == nil {
+			in := &dynamodbstreams.GetShardIteratorInput{StreamArn: arn, ShardId: sh.ShardId, ShardIteratorType: types.ShardIteratorTypeTrimHorizon}
+			if seq := after[id]; seq != "" { // reopened: on from the last record read
+				in.ShardIteratorType, in.SequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(seq)
+			}
+			it, err := r.Streams.GetShardIterator(ctx, in)
+			var trimmed *types.TrimmedDataAccessException
+			switch {
+			case err == nil:
 				iters[id] = it.ShardIterator
-			} else {
+			case errors.As(err, &trimmed) && after[id] != "":
+				// The records after the last one read are gone: what is
+				// left of the shard is read from its oldest record.
+				r.Log.Error("stream records trimmed before they were read", "shard", id, "after", after[id])
+				delete(after, id)
+				failed = true
+			default:
 				failed = true // asked again next pass
 			}
 		}
 		busy := false
 		for id, it := range iters {
-			next, got, err := r.shard(ctx, arn, id, it)
+			next, last, err := r.shard(ctx, arn, id, it)
+			got := last != ""
+			if got {
+				after[id] = last
+			}
+			var trimmed *types.TrimmedDataAccessException
 			switch {
 			case err != nil && ctx.Err() != nil: // stopping: nothing failed
 				return ctx.Err()
+			case errors.As(err, &trimmed):
+				// The iterator is dead (DynamoDB Local trims one now and
+				// then under load): a new one is asked for next pass, after
+				// the last record read.
+				failed = true
+				delete(iters, id)
+				r.Log.Warn("stream iterator trimmed; reopening the shard", "shard", id, "after", after[id])
 			case err != nil:
 				failed = true
 				r.Log.Warn("stream read failed", "shard", id, "error", err.Error())
@@ -230,17 +253,18 @@ func (r *Reader) CaughtUp(ctx context.Context) error {
 // failed record (the whole batch after a function error), waiting longer
 // after each failure; records past the age limit, or the rest of a batch
 // past its retries, are set aside and the shard goes on. It returns the
-// next iterator (nil when the shard closed).
-func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *string) (*string, bool, error) {
+// next iterator (nil when the shard closed) and the sequence number of the
+// batch's last record ("" when it had none).
+func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *string) (*string, string, error) {
 	var raw rawRecords
 	out, err := r.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: it, Limit: aws.Int32(r.Batch)}, raw.capture)
 	if err != nil {
-		return it, false, err
+		return it, "", err
 	}
 	recs := out.Records
 	images, err := raw.images(len(recs))
 	if err != nil {
-		return it, false, err
+		return it, "", err
 	}
 	for invokes := 0; len(recs) > 0 && ctx.Err() == nil; {
 		if n := r.tooOld(recs); n > 0 {
@@ -282,7 +306,11 @@ func (r *Reader) shard(ctx context.Context, arn *string, shardID string, it *str
 		r.Log.Warn(msg, "shard", shardID, "from", from, "records", len(recs), "retry", invokes, "in", wait.String())
 		r.wait(ctx, wait)
 	}
-	return out.NextShardIterator, len(out.Records) > 0, nil
+	last := ""
+	if n := len(out.Records); n > 0 {
+		last = aws.ToString(out.Records[n-1].Dynamodb.SequenceNumber)
+	}
+	return out.NextShardIterator, last, nil
 }
 
 // tooOld returns how many leading records are past MaxRecordAge.
@@ -349,9 +377,12 @@ func (r *rawRecords) capture(o *dynamodbstreams.Options) {
 			func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
 				out, md, err := next.HandleDeserialize(ctx, in)
 				if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && err == nil && resp.StatusCode == 200 {
-					if r.body, err = io.ReadAll(resp.Body); err == nil {
-						resp.Body = io.NopCloser(bytes.NewReader(r.body))
-					}
+					// The answer is closed here: the SDK closes only what it
+					// is given back (a client timeout holds an unclosed one).
+					body := resp.Body
+					r.body, err = io.ReadAll(body)
+					_ = body.Close()
+					resp.Body = io.NopCloser(bytes.NewReader(r.body))
 				}
 				return out, md, err
 			}), middleware.After)
