@@ -23,6 +23,11 @@ RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
 # cold starts, sizes, units) measure once, without the race detector, in a
 # step of their own; its correctness tests run under it with the rest.
 BENCH_MEASURES := ^(TestReport|TestUsesCost)$$
+# The tests whose load testkit.Scale sizes (takers, rounds, cycles): under
+# -race they run at a fifth of it; make test also runs them once in full
+# without the race detector, so the counts they state are checked as stated.
+FULL_SIZE := ^(TestExactlyNUnderLostAnswers|TestTakeCostsTheSameAtAnyN|TestLicenceChurnStaysRevocable|TestUsesRace|TestUsesRaceLostAnswers|TestReleaseTakeRace|TestConsumeRace|TestTakesNeverAfterTheCancel|TestTenThousandInOneMinute|TestOverlappingSweeps|TestConsumeRacesSweep|TestSoak|TestLoadWithFaults)$$
+FULL_SIZE_PKGS := ./shared/httpapi ./shared/sweep ./bench
 
 CDK := .tools/node_modules/.bin/cdk
 # golangci-lint, pinned as a Go tool of its own module (tools/go.mod), so the
@@ -78,7 +83,8 @@ unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a m
 	for m in $(LIBRARIES); do (cd $$m && go test -short -count=1 -skip '$(UNIT_SKIP)' ./...) || exit 1; done
 
 # make test: go vet, then three lanes at once (-j3; a lane's steps in order):
-# lint and the tagged vets; every package under the race detector; the
+# lint, the tagged vets and the FULL_SIZE tests in full; every package under
+# the race detector; the
 # bench's figures (without it: they measure, make test only checks their
 # limits, on fewer actions), infra/ and make e2e. Much of each lane waits
 # (DynamoDB Local, node, timers), so they share the 2 cores better together
@@ -93,6 +99,7 @@ test-lint:
 	@$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
+	go test $(GOTEST_FLAGS) -run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)
 
 test-race:
 	go test -race $(GOTEST_FLAGS) -skip '$(BENCH_MEASURES)' $(RACE_PKGS)

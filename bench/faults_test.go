@@ -50,7 +50,7 @@ func (k *keyRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
 // exactly one action.consumed event id — none lost.
 func TestLoadWithFaults(t *testing.T) {
 	t.Parallel() // with the bench's other correctness tests (make test: under -race)
-	const actions, workers = 1000, 32
+	actions, workers := testkit.Scale(1000), 32
 	rates := faults.Rates{Throttle: 0.05, ServerError: 0.03, DropAfter: 0.05}
 	dbProxy, err := faults.Start(testkit.DynamoDB(t), rates, 1, "UpdateItem", "GetItem")
 	if err != nil {

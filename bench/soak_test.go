@@ -19,10 +19,9 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 )
 
-// soakDuration is how long TestSoak drives traffic (EXACTONCE_SOAK, a Go
-// duration; default 60s).
-func soakDuration(t *testing.T) time.Duration {
-	d := 60 * time.Second
+// soakDuration is how long TestSoak drives traffic: EXACTONCE_SOAK (a Go
+// duration), else d.
+func soakDuration(t *testing.T, d time.Duration) time.Duration {
 	if v := os.Getenv("EXACTONCE_SOAK"); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
@@ -111,7 +110,7 @@ func TestSoak(t *testing.T) {
 		return 0
 	}
 
-	total := soakDuration(t)
+	total := soakDuration(t, time.Duration(testkit.Scale(60))*time.Second) // 12 s under -race
 	warmAt := total / 6
 	ctx, cancel := context.WithTimeout(context.Background(), total)
 	defer cancel()

@@ -1,7 +1,14 @@
 package docs_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -76,5 +83,77 @@ func TestReadmeSaysWhatMakeTestRuns(t *testing.T) {
 	}
 	if lanes > 1 && !strings.Contains(line, "at once") {
 		t.Errorf("README.md's line for make test does not say that its %d lanes run at once:\n%s", lanes, line)
+	}
+}
+
+// TestFullSizeNamesEveryScaledTest: a test that sizes its load with
+// testkit.Scale runs at a fifth of it under -race, so make test must run it
+// in full too: the Makefile's FULL_SIZE names exactly those tests, and its
+// full-size run (FULL_SIZE_PKGS) covers their packages.
+func TestFullSizeNamesEveryScaledTest(t *testing.T) {
+	mk := readFile(t, "Makefile")
+	m := regexp.MustCompile(`(?m)^FULL_SIZE := \^\(([^)]*)\)\$\$$`).FindStringSubmatch(mk)
+	if m == nil {
+		t.Fatal("Makefile: no FULL_SIZE := ^(TestA|TestB)$$ line")
+	}
+	listed := strings.Split(m[1], "|")
+	p := regexp.MustCompile(`(?m)^FULL_SIZE_PKGS := (.*)$`).FindStringSubmatch(mk)
+	if p == nil || !strings.Contains(mk, "-run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)\n") {
+		t.Fatal("Makefile: no FULL_SIZE_PKGS := ./a ./b line, or no go test -run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)")
+	}
+	pkgs := strings.Fields(p[1])
+	var scaled []string
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "cdk.out") || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(string(src), "testkit.Scale(") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, src, 0)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || !strings.HasPrefix(fn.Name.Name, "Test") {
+				continue
+			}
+			calls := false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Scale" {
+						if x, ok := sel.X.(*ast.Ident); ok && x.Name == "testkit" {
+							calls = true
+						}
+					}
+				}
+				return !calls
+			})
+			if !calls {
+				continue
+			}
+			scaled = append(scaled, fn.Name.Name)
+			if dir, _ := filepath.Rel(root, filepath.Dir(path)); !slices.Contains(pkgs, "./"+dir) {
+				t.Errorf("%s scales its load, but make test's full-size run does not cover ./%s", fn.Name.Name, dir)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(scaled)
+	slices.Sort(listed)
+	if !slices.Equal(scaled, listed) {
+		t.Errorf("Makefile FULL_SIZE lists %v; the tests that call testkit.Scale are %v", listed, scaled)
 	}
 }

@@ -116,6 +116,18 @@ type Env struct {
 // Tests assert guarantees, not speed (make bench measures speed).
 const Patience = 2 * time.Minute
 
+// Scale sizes a test's load (takers, rounds, cycles): n, or a fifth of it
+// (at least 1) under the race detector, which makes every request several
+// times dearer. make test runs each test that scales in full once without
+// -race (FULL_SIZE in the Makefile), so the counts its guarantee names are
+// checked as stated, and under -race on the same code paths, smaller.
+func Scale(n int) int {
+	if RaceDetector {
+		return max(1, n/5)
+	}
+	return n
+}
+
 // WithEvents runs the stream publisher and the local bus in the Env.
 func WithEvents(o *server.Options) { o.Events = true; o.EventLog = io.Discard }
 

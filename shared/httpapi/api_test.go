@@ -220,8 +220,9 @@ func rawItem(t *testing.T, env *testkit.Env, id string) map[string]types.Attribu
 // action has exactly one 200; every other caller gets 409 with the winner's
 // consumedAt.
 func TestConsumeRace(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
-	const actions, racers = 50, 200
+	actions, racers := testkit.Scale(50), 200
 	for i := range actions {
 		create(t, env, fmt.Sprintf(`{"actionId":"race-%d","userId":"u"}`, i))
 	}

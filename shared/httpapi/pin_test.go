@@ -185,6 +185,7 @@ func TestConcurrentWrongPINs(t *testing.T) {
 // P(wins > 12) < 1e-4, while the old behaviour (~37%) gives ~37 wins. The
 // per-trial check (exactly one evaluated guess) is exact, not statistical.
 func TestPINBudgetUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	trials, guessers := 100, 30
 	if v, err := strconv.Atoi(os.Getenv("EXACTONCE_PIN_TRIALS")); err == nil && v > 0 {

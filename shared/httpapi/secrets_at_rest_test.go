@@ -23,6 +23,7 @@ import (
 // consume fingerprint was SHA-256 of {"pin":"4821"} and fell out after
 // 4,822 hashes; the logs held SHA-256 prefixes of the Idempotency-Keys.
 func TestNoDigestWithoutSecret(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const key = "order-42"
 	create(t, env, `{"actionId":"d1","userId":"u","pin":"4821","payload":"583920"}`, "Idempotency-Key", key)

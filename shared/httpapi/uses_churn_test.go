@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,17 +15,20 @@ import (
 var device = "laptop-" + strings.Repeat("0123456789abcdef", 7) + "-x1"
 
 // churn activates and deactivates one device on a licence n times, each
-// call with its own Idempotency-Key (as the Go client sends), and fails
-// the test on any answer but 200.
-func churn(t *testing.T, env *testkit.Env, id string, n int) {
-	t.Helper()
+// call with its own Idempotency-Key (as the Go client sends), and says what
+// went wrong on any answer but 200.
+func churn(env *testkit.Env, id string, n int) error {
 	for i := range n {
-		take := do(t, env, "POST", "/actions/"+id+"/consume", `{"useId":"`+device+`"}`, "Idempotency-Key", fmt.Sprintf("%s-activate-%d", id, i))
-		rel := do(t, env, "POST", "/actions/"+id+"/uses/"+device+"/release", ``, "Idempotency-Key", fmt.Sprintf("%s-deactivate-%d", id, i))
-		if take.Status != 200 || rel.Status != 200 {
-			t.Fatalf("cycle %d of %s: take %d %s, release %d %s", i, id, take.Status, take.Raw, rel.Status, rel.Raw)
+		take, err := testkit.Send(client, "POST", env.URL+"/actions/"+id+"/consume", `{"useId":"`+device+`"}`, "Idempotency-Key", fmt.Sprintf("%s-activate-%d", id, i))
+		if err != nil || take.Status != 200 {
+			return fmt.Errorf("cycle %d of %s: take %v %v", i, id, err, take)
+		}
+		rel, err := testkit.Send(client, "POST", env.URL+"/actions/"+id+"/uses/"+device+"/release", ``, "Idempotency-Key", fmt.Sprintf("%s-deactivate-%d", id, i))
+		if err != nil || rel.Status != 200 {
+			return fmt.Errorf("cycle %d of %s: release %v %v", i, id, err, rel)
 		}
 	}
+	return nil
 }
 
 // TestLicenceChurnStaysRevocable: a 1-seat releasable licence whose device
@@ -36,17 +40,28 @@ func churn(t *testing.T, env *testkit.Env, id string, n int) {
 // one item, that item reached 400 KB after about 400 cycles and every one
 // of these answered 500 while a take of a new useId was still accepted.
 func TestLicenceChurnStaysRevocable(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	create(t, env, `{"actionId":"lic-a","userId":"acme","maxUses":1,"releasable":true}`)
 	create(t, env, `{"actionId":"lic-b","userId":"globex","maxUses":1,"releasable":true}`)
 	create(t, env, fmt.Sprintf(`{"actionId":"lic-c","userId":"initech","maxUses":1,"releasable":true,"expiresAt":%q}`,
 		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
-	churn(t, env, "lic-a", 1000)
-	churn(t, env, "lic-b", 450)
-	churn(t, env, "lic-c", 450)
+	cycles, past := testkit.Scale(1000), testkit.Scale(450)
+	var wg sync.WaitGroup // the three licences churn at once
+	errs := make(chan error, 3)
+	for id, n := range map[string]int{"lic-a": cycles, "lic-b": past, "lic-c": past} {
+		wg.Go(func() { errs <- churn(env, id, n) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	if r := do(t, env, "POST", "/actions/lic-a/cancel", `{"reason":"revoked"}`, "Idempotency-Key", "revoke-a"); r.Status != 200 {
-		t.Fatalf("cancel after 1,000 keyed cycles: %d %s", r.Status, r.Raw)
+		t.Fatalf("cancel after %d keyed cycles: %d %s", cycles, r.Status, r.Raw)
 	}
 	if r := do(t, env, "POST", "/actions/lic-a/consume", `{"useId":"desktop"}`); r.Status != 410 || r.Str("error") != "canceled" {
 		t.Fatalf("a new device after the revocation: %d %s", r.Status, r.Raw)

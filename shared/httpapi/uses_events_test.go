@@ -47,6 +47,7 @@ func useEvents(t *testing.T, env *testkit.Env, id string, want int) []eventbus.E
 // started in the same millisecond as the first take but committed after
 // the release repeated its eventId, in 8 of 12 rounds.)
 func TestUseTransitionsHaveTheirOwnEvents(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	const rounds, workers = 12, 16
 	bad := 0
@@ -125,9 +126,10 @@ func TestUseTransitionsHaveTheirOwnEvents(t *testing.T) {
 // refused. (A take stamped with its request's start could commit before a
 // cancel that started earlier and read as taken after it.)
 func TestTakesNeverAfterTheCancel(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	late := 0
-	for round := range 20 {
+	for round := range testkit.Scale(20) {
 		id := fmt.Sprintf("tc%d", round)
 		create(t, env, `{"actionId":"`+id+`","userId":"u","maxUses":50}`)
 		var wg sync.WaitGroup
@@ -179,6 +181,7 @@ func TestTakesNeverAfterTheCancel(t *testing.T) {
 // expiresAt, and every take after it is 410 expired (a gate refuses by the
 // action's expiresAt, with no write from the sweeper).
 func TestTakesNeverAfterExpiry(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	for round := range 5 {
 		id := fmt.Sprintf("te%d", round)

@@ -15,6 +15,7 @@ import (
 // release that found the use already released used to record nothing, and
 // its re-send freed the new use (20 of 20 trials).
 func TestKeyedReleaseResentAfterRetake(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	const trials = 20
 	freed := 0
@@ -60,6 +61,7 @@ func TestKeyedReleaseResentAfterRetake(t *testing.T) {
 // more release. (A keyed take used to record nothing when it found the use
 // held, and its key was only remembered while its use was the latest.)
 func TestKeyedTakeKeepsItsFirstAnswer(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"kf","userId":"u","maxUses":2,"releasable":true}`)
 	take := func(key string) *testkit.Response {

@@ -41,6 +41,7 @@ func logLines(t *testing.T, env *testkit.Env, route string) []map[string]any {
 // 2-use coupon. (The single-item design charged 1, 2, 12, 112 write units
 // per take at 1, 10, 100, 1,000 uses held and refused maxUses over 1,000.)
 func TestTakeCostsTheSameAtAnyN(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	if r := do(t, env, "POST", "/actions", `{"actionId":"mega","userId":"u","maxUses":1000001}`); r.Status != 400 || r.Str("field") != "maxUses" {
 		t.Fatalf("maxUses over a million: %d %s", r.Status, r.Raw)
@@ -52,7 +53,8 @@ func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
-	for i := range 1000 {
+	n := testkit.Scale(1000)
+	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -62,12 +64,12 @@ func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if g := do(t, env, "GET", "/actions/mega", ""); g.Body["usesHeld"] != 1000.0 || g.Body["usesRemaining"] != 999000.0 {
+	if g := do(t, env, "GET", "/actions/mega", ""); g.Body["usesHeld"] != float64(n) || g.Body["usesRemaining"] != float64(1_000_000-n) {
 		t.Fatalf("GET: %s", g.Raw)
 	}
 	lines := logLines(t, env, "POST /actions/{actionId}/consume")
-	if len(lines) != 1001 {
-		t.Fatalf("%d consume log lines, want 1001", len(lines))
+	if len(lines) != n+1 {
+		t.Fatalf("%d consume log lines, want %d", len(lines), n+1)
 	}
 	most := 0.0
 	for _, l := range lines {
@@ -77,7 +79,7 @@ func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 		}
 		most = max(most, wu)
 	}
-	t.Logf("1,001 takes (1 on 2 uses, 1,000 on a million): at most %.1f write units each", most)
+	t.Logf("%d takes (1 on 2 uses, %d on a million): at most %.1f write units each", n+1, n, most)
 }
 
 // TestExactlyNUnderLostAnswers: 2,000 distinct takers, 256 at once, on
@@ -87,6 +89,8 @@ func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 // exactly 1,500 × 200 and 500 × 409 no_uses_left, and the action holds
 // exactly the 1,500 uses answered 200, each once.
 func TestExactlyNUnderLostAnswers(t *testing.T) {
+	t.Parallel()
+	takers, maxUses, atOnce := testkit.Scale(2000), testkit.Scale(1500), testkit.Scale(256)
 	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 31, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
@@ -96,14 +100,14 @@ func TestExactlyNUnderLostAnswers(t *testing.T) {
 		o.AWS.BaseEndpoint = aws.String(p.URL)
 		o.AWS.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond) }
 	})
-	create(t, env, `{"actionId":"sale","userId":"shop","maxUses":1500}`)
+	create(t, env, fmt.Sprintf(`{"actionId":"sale","userId":"shop","maxUses":%d}`, maxUses))
 	p.SetRates(faults.Rates{DropAfter: 0.1})
 	var ok, full, resent atomic.Int32
 	var mu sync.Mutex
 	taken := map[string]string{}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 256)
-	for i := range 2000 {
+	sem := make(chan struct{}, atOnce)
+	for i := range takers {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -131,13 +135,13 @@ func TestExactlyNUnderLostAnswers(t *testing.T) {
 	wg.Wait()
 	p.SetRates(faults.Rates{})
 	t.Logf("%d × 200, %d × 409, %d re-sends by callers; fault proxy: %s", ok.Load(), full.Load(), resent.Load(), p)
-	if ok.Load() != 1500 || full.Load() != 500 || len(taken) != 1500 {
-		t.Fatalf("%d × 200 (%d buyers), %d × 409; want exactly 1,500 and 500", ok.Load(), len(taken), full.Load())
+	if int(ok.Load()) != maxUses || int(full.Load()) != takers-maxUses || len(taken) != maxUses {
+		t.Fatalf("%d × 200 (%d buyers), %d × 409; want exactly %d and %d", ok.Load(), len(taken), full.Load(), maxUses, takers-maxUses)
 	}
 	if p.Counts().Dropped == 0 {
 		t.Fatal("no answer was dropped")
 	}
-	if g := do(t, env, "GET", "/actions/sale", ""); g.Body["usesHeld"] != 1500.0 || g.Body["usesRemaining"] != 0.0 {
+	if g := do(t, env, "GET", "/actions/sale", ""); g.Body["usesHeld"] != float64(maxUses) || g.Body["usesRemaining"] != 0.0 {
 		t.Fatalf("GET: %s", g.Raw)
 	}
 	listed := map[string]bool{}
@@ -158,7 +162,7 @@ func TestExactlyNUnderLostAnswers(t *testing.T) {
 			break
 		}
 	}
-	if len(listed) != 1500 {
-		t.Fatalf("%d uses listed, want 1,500", len(listed))
+	if len(listed) != maxUses {
+		t.Fatalf("%d uses listed, want %d", len(listed), maxUses)
 	}
 }

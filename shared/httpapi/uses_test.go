@@ -35,6 +35,7 @@ var (
 // one write on the gate and the stamp on the take's record; a repeated
 // take answers byte for byte as the first.
 func TestUsesLicence(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := create(t, env, `{"actionId":"lic","userId":"acme","maxUses":3,"releasable":true,"payload":{"licence":"K-1"}}`)
 	if c.Body["maxUses"] != 3.0 || c.Body["usesHeld"] != 0.0 || c.Body["usesRemaining"] != 3.0 || c.Body["releasable"] != true {
@@ -165,6 +166,7 @@ func TestUsesLicence(t *testing.T) {
 // TestSingleUseUnchanged: maxUses 1 (given or not) is today's single-use
 // action: the same stored attributes and the same answers.
 func TestSingleUseUnchanged(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	a := create(t, env, `{"actionId":"plain","userId":"u","payload":"p"}`)
 	b := create(t, env, `{"actionId":"one","userId":"u","payload":"p","maxUses":1,"releasable":false}`)
@@ -248,8 +250,9 @@ func takeAll(t *testing.T, env *testkit.Env, id string, callers int) (ok, full i
 // TestUsesRace: 64 callers with distinct useIds race for an action of 5
 // uses, 20 rounds (1,280 takes): exactly 5 × 200 and 59 × 409 each round.
 func TestUsesRace(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
-	rounds, start := 20, time.Now()
+	rounds, start := testkit.Scale(20), time.Now()
 	for round := range rounds {
 		ok, full := race(t, env, fmt.Sprintf("r%d", round), 64, 5)
 		if ok != 5 || full != 59 {
@@ -265,6 +268,7 @@ func TestUsesRace(t *testing.T) {
 // the take; the item answers that useId's use is held, so the retry
 // replays its 200: a retried use is never a second use.
 func TestUsesRaceLostAnswers(t *testing.T) {
+	t.Parallel()
 	p, err := faults.Start(testkit.Endpoint, faults.Rates{DropAfter: 0.1}, 7, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +280,7 @@ func TestUsesRaceLostAnswers(t *testing.T) {
 			return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond)
 		}
 	})
-	for round := range 20 { // 1,280 takes, about 130 answers dropped
+	for round := range testkit.Scale(20) { // 1,280 takes, about 130 answers dropped
 		p.SetRates(faults.Rates{})
 		ok, full := func() (int, int) {
 			// create without faults; the race with them
@@ -300,8 +304,10 @@ func TestUsesRaceLostAnswers(t *testing.T) {
 // ones). No answer ever shows more than 3 uses held, and at the end the
 // count, the stored uses and the answered takes and releases agree.
 func TestReleaseTakeRace(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
-	const maxUses, workers, ops = 3, 8, 20
+	const maxUses, workers = 3, 8
+	ops := testkit.Scale(20)
 	create(t, env, fmt.Sprintf(`{"actionId":"seats","userId":"u","maxUses":%d,"releasable":true}`, maxUses))
 	var taken, released atomic.Int32
 	var wg sync.WaitGroup
@@ -368,6 +374,7 @@ func TestReleaseTakeRace(t *testing.T) {
 // first answer (Idempotent-Replayed), even after the use was released; the
 // key with another body is 422; a release retried with its key replays.
 func TestUsesKeyedRetry(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"k","userId":"u","maxUses":2,"releasable":true}`)
 	first := do(t, env, "POST", "/actions/k/consume", `{"useId":"a"}`, "Idempotency-Key", "take-a")
@@ -412,6 +419,7 @@ func TestUsesKeyedRetry(t *testing.T) {
 // TestUsesTenants: another tenant's multi-use action answers like one that
 // does not exist, on every uses route, and is left as it was.
 func TestUsesTenants(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
 	if r := as(t, env, alpha, "POST", "/actions", `{"actionId":"seats","userId":"ua","maxUses":2,"releasable":true}`); r.Status != 201 {
 		t.Fatal(r.Raw)
@@ -440,6 +448,7 @@ func TestUsesTenants(t *testing.T) {
 // all answer the same 200; useIds shaped like attribute names or
 // placeholders are uses like any other.
 func TestSameUseIDRace(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"s","userId":"u","maxUses":8}`)
 	var wg sync.WaitGroup
@@ -473,6 +482,7 @@ func TestSameUseIDRace(t *testing.T) {
 // replays its first 201 byte for byte (usesHeld 0), like a single-use
 // create retried after its consume.
 func TestMultiUseCreateReplay(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	body := `{"actionId":"cr","userId":"u","maxUses":3}`
 	first := create(t, env, body, "Idempotency-Key", "create-cr")
@@ -489,6 +499,7 @@ func TestMultiUseCreateReplay(t *testing.T) {
 // maxUses, releasable and usesHeld, as GET does. Before the fix the
 // listing's projection lacked those attributes and showed it as single use.
 func TestUserListShowsUseCounts(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	create(t, env, `{"actionId":"lu","userId":"lu-user","maxUses":3,"releasable":true}`)
 	do(t, env, "POST", "/actions/lu/consume", `{"useId":"a"}`)

@@ -1,0 +1,6 @@
+//go:build race
+
+package testkit
+
+// RaceDetector is true in a test binary built with -race.
+const RaceDetector = true
