@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/exactonce/exactonce/e2e/deployed"
+	"github.com/exactonce/exactonce/e2e/emulator"
 	"github.com/exactonce/exactonce/e2e/iam"
 	"github.com/exactonce/exactonce/e2e/template"
 	"github.com/exactonce/exactonce/local/faults"
@@ -54,7 +54,7 @@ const eventWait = 30 * time.Second
 
 type suite struct {
 	t         *testing.T
-	d         *deployed.Deployment
+	d         *emulator.Deployment
 	ctx       context.Context
 	n, failed int
 	// declared checks, and those -run let run; steps already run.
@@ -1052,7 +1052,7 @@ func (s *suite) routesCalled() {
 	})
 }
 
-func queueOf(d *deployed.Deployment, url string) string {
+func queueOf(d *emulator.Deployment, url string) string {
 	for _, q := range d.Stack.Queues {
 		if q.URL == url {
 			return q.Name

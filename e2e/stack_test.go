@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactonce/exactonce/e2e/deployed"
+	"github.com/exactonce/exactonce/e2e/emulator"
 	"github.com/exactonce/exactonce/e2e/template"
 )
 
@@ -31,7 +31,7 @@ import (
 // TTL deletion on a table without TTL, the purge on one with it) prints
 // why instead ("n/a"), counted in the summary. A stack with an environment
 // (a multi-Region deployment's replica Region) runs in its Region after
-// what the stacks it depends on create there (e2e/deployed). Its last
+// what the stacks it depends on create there (e2e/emulator). Its last
 // line is the summary.
 func TestStack(t *testing.T) {
 	tpl := os.Getenv("EXACTONCE_E2E_TEMPLATE")
@@ -47,7 +47,7 @@ func TestStack(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	d, err := deployed.Start(ctx, deployed.Options{Template: tpl, Root: root, Callers: callerARNs(), Log: log})
+	d, err := emulator.Start(ctx, emulator.Options{Template: tpl, Root: root, Callers: callerARNs(), Log: log})
 	if err != nil {
 		fmt.Printf("FAIL start: %v\n", err)
 		fmt.Printf("e2e: 0 checks, 1 failed (the stack did not start); 0 functions; 0 calls authorized, 0 denied; unused unknown\n")
@@ -130,7 +130,7 @@ func failFast() bool {
 // segments reached it, its xray: actions are used (a statement of nothing
 // else counts as used; in another statement they are left out of its key).
 // No call of a function's code goes through the proxy for them.
-func daemonUse(d *deployed.Deployment, used map[string]int) map[string]*template.Function {
+func daemonUse(d *emulator.Deployment, used map[string]int) map[string]*template.Function {
 	out := map[string]*template.Function{}
 	for name, f := range d.Stack.Functions {
 		if d.TraceSegments(name) <= 0 {

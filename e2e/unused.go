@@ -1,5 +1,5 @@
 // Package e2e runs ExactOnce as a synthesized template defines it (see
-// e2e/deployed) under go test: make e2e, or
+// e2e/emulator) under go test: make e2e, or
 //
 //	EXACTONCE_E2E_TEMPLATE=$PWD/cdk.out/ExactOnce.template.json go test -tags e2e -run TestStack -v ./e2e
 //

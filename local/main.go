@@ -30,7 +30,7 @@ import (
 	"github.com/exactonce/exactonce/local/dynamodblocal"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/app"
-	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
@@ -121,7 +121,7 @@ func banner(url string, tenants *tenant.Map) string {
 	}
 	b := "  tenants ON: " + strings.Join(tenants.Names(), ", ") + "; each request's caller is its X-Exactonce-Caller header" +
 		" (a caller in no tenant gets 403 forbidden)\n"
-	if t, caller, ok := tenants.ExampleCaller(); ok {
+	if t, caller, ok := exampleCaller(tenants); ok {
 		return b + try + " -H 'X-Exactonce-Caller: " + caller + "'   # tenant " + t + "\n"
 	}
 	return b + "  try: curl -s -X POST " + url + "/actions -H 'X-Exactonce-Caller: <a principal ARN your map places>' -d '{\"userId\":\"u1\"}'\n"
@@ -136,13 +136,13 @@ func localSecret(dataDir string) (secret, note string, err error) {
 	}
 	const warn = "WARNING: using a DEVELOPMENT server secret"
 	if dataDir == "" {
-		return crypto.NewDevelopmentSecret(), warn + " made for this run (never use this outside your machine)", nil
+		return secretkeys.NewDevelopmentSecret(), warn + " made for this run (never use this outside your machine)", nil
 	}
 	path := filepath.Join(dataDir, "dev-secret")
 	if b, err := os.ReadFile(path); err == nil {
 		return strings.TrimSpace(string(b)), warn + " from " + path, nil
 	}
-	s := crypto.NewDevelopmentSecret()
+	s := secretkeys.NewDevelopmentSecret()
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", "", err
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/exactonce/exactonce/events/once"
 	"github.com/exactonce/exactonce/shared/app"
-	"github.com/exactonce/exactonce/shared/audit"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/examplesubscriber"
 )
 
 func main() {
@@ -28,6 +28,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := &audit.Subscriber{Guard: once.New(dynamodb.NewFromConfig(awsCfg), table), Log: app.Logger(), Source: os.Getenv("EVENT_SOURCE")}
+	s := &examplesubscriber.Subscriber{Guard: once.New(dynamodb.NewFromConfig(awsCfg), table), Log: app.Logger(), Source: os.Getenv("EVENT_SOURCE")}
 	lambda.Start(s.Handle)
 }

@@ -33,8 +33,8 @@ import (
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/shared/app"
 	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
 	"github.com/exactonce/exactonce/shared/telemetry"
@@ -57,7 +57,7 @@ type Options struct {
 	Tenants string
 	// SecretSource, when set, is read for the secret instead of Secret, at
 	// start and whenever the API reloads it (rotation tests).
-	SecretSource crypto.Source
+	SecretSource secretkeys.Source
 	Retention    time.Duration // default store.DefaultRetention
 	Log          *slog.Logger  // default app.Logger()
 	// AWS, when set, is used instead of config.Local(DynamoDBEndpoint), e.g. to

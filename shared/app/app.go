@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/crypto"
 	"github.com/exactonce/exactonce/shared/httpapi"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
@@ -54,7 +54,7 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 	if err := config.LoadTenants(initCtx, &cfg, awsCfg); err != nil {
 		return nil, err
 	}
-	var keys *crypto.Provider
+	var keys *secretkeys.Provider
 	if needs.Keys {
 		src := cfg.SecretSource
 		if src == nil {
@@ -64,7 +64,7 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 			}
 		}
 		var err error
-		if keys, err = crypto.NewProvider(initCtx, src); err != nil {
+		if keys, err = secretkeys.NewProvider(initCtx, src); err != nil {
 			return nil, config.InitError("read the server secret", initCtx, err)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/exactonce/exactonce/idempotency"
-	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/tenant"
 	"github.com/exactonce/exactonce/shared/tracing"
@@ -71,7 +71,7 @@ type Config struct {
 	KeyRetention time.Duration
 	// SecretSource, when set, is read instead of SecretARN/Secret (the local
 	// server and tests, which rotate the secret under a running API).
-	SecretSource crypto.Source
+	SecretSource secretkeys.Source
 	// Tenants maps callers to tenants (nil: one default tenant); TenantClaim
 	// is the JWT claim it matches.
 	Tenants     *tenant.Map
@@ -258,8 +258,8 @@ func InitError(what string, ctx context.Context, err error) error {
 
 // SecretSource reads the server secret: from Secrets Manager when a secret
 // ARN is set (at cold start, then when the keys are refreshed or meet an
-// unknown key id: see crypto.Provider), else the plain secret.
-func SecretSource(c Config, awsCfg aws.Config) (crypto.Source, error) {
+// unknown key id: see secretkeys.Provider), else the plain secret.
+func SecretSource(c Config, awsCfg aws.Config) (secretkeys.Source, error) {
 	if c.SecretARN == "" && c.Secret == "" {
 		return nil, fmt.Errorf("config: set %s or %s", EnvSecretARN, EnvSecret)
 	}

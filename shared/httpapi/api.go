@@ -17,7 +17,7 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -37,7 +37,7 @@ const HeaderReplayed = "Idempotent-Replayed"
 // API serves the action routes.
 type API struct {
 	store *store.Store
-	keys  *crypto.Provider // nil for a function without the secret (GET /actions/{id})
+	keys  *secretkeys.Provider // nil for a function without the secret (GET /actions/{id})
 	log   *slog.Logger
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
@@ -52,7 +52,7 @@ type API struct {
 // New returns an API over st, sealing and hashing with the keys of keys (nil
 // for a function that has no access to the secret), logging one JSON line
 // per request to log.
-func New(st *store.Store, keys *crypto.Provider, log *slog.Logger) *API {
+func New(st *store.Store, keys *secretkeys.Provider, log *slog.Logger) *API {
 	return &API{store: st, keys: keys, log: log, Now: time.Now}
 }
 
@@ -229,8 +229,8 @@ func (a *API) consume(ctx context.Context, c *call, id string, req *action.Consu
 
 // open decrypts a consumed action's payload; one sealed under a key set
 // these keys do not hold is an *action.UnknownKeyError (serve learns it).
-func open(keys *crypto.Keys, act *action.Action) ([]byte, error) {
-	if id := crypto.SealedKeyID(act.Payload); !keys.Knows(id) {
+func open(keys *secretkeys.Keys, act *action.Action) ([]byte, error) {
+	if id := secretkeys.SealedKeyID(act.Payload); !keys.Knows(id) {
 		return nil, &action.UnknownKeyError{KeyID: id}
 	}
 	return keys.Open(tenant.ItemKey(act.Tenant, act.ID), act.Payload)
@@ -271,8 +271,8 @@ func (a *API) Cancel(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 // call is the per-request state the log line reports.
 type call struct {
-	tenant    string       // the caller's tenant: every item it reaches is in its key space
-	keys      *crypto.Keys // this request's keys (nil without the secret)
+	tenant    string           // the caller's tenant: every item it reaches is in its key space
+	keys      *secretkeys.Keys // this request's keys (nil without the secret)
 	requestID string
 	actionID  string
 	keyHash   string // keyed hash of the {key} path parameter; never the key

@@ -16,7 +16,7 @@ import (
 
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/config"
-	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -35,11 +35,11 @@ func FuzzHandlers(f *testing.F) {
 		_, _ = w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"fuzz"}`))
 	}))
 	defer fake.Close()
-	keys, err := crypto.ParseSecret("fuzz-secret-0123456789abcdefghijklmnop")
+	keys, err := secretkeys.ParseSecret("fuzz-secret-0123456789abcdefghijklmnop")
 	if err != nil {
 		f.Fatal(err)
 	}
-	api := New(store.New(dynamodb.NewFromConfig(config.Local(fake.URL)), "t", store.Options{}), crypto.StaticProvider(keys), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	api := New(store.New(dynamodb.NewFromConfig(config.Local(fake.URL)), "t", store.Options{}), secretkeys.StaticProvider(keys), slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	handlers := []Handler{api.Create, api.Consume, api.Cancel}
 
 	f.Add(uint8(0), "", []byte(`{"userId":"u","pin":"1234","payload":{"a":[1]}}`), "", false)

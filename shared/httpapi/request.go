@@ -12,7 +12,7 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency/canonjson"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/crypto"
+	"github.com/exactonce/exactonce/shared/secretkeys"
 )
 
 // MaxBodyBytes bounds a request body; larger bodies get 413 before parsing.
@@ -47,7 +47,7 @@ var errTooLarge = errors.New("request body too large")
 // readRequest extracts the body (at most limit bytes; an empty body reads as
 // {} when emptyOK) and the Idempotency-Key of an API Gateway event, and
 // decodes the body strictly into v, fingerprinting it with keys.
-func readRequest(ev *events.APIGatewayV2HTTPRequest, keys *crypto.Keys, emptyOK bool, limit int, v any) (*request, error) {
+func readRequest(ev *events.APIGatewayV2HTTPRequest, keys *secretkeys.Keys, emptyOK bool, limit int, v any) (*request, error) {
 	raw := []byte(ev.Body)
 	if ev.IsBase64Encoded {
 		if base64.StdEncoding.DecodedLen(len(ev.Body)) > limit+3 {

@@ -1,4 +1,4 @@
-package audit_test
+package examplesubscriber_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/exactonce/exactonce/events/once"
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/eventbus"
-	"github.com/exactonce/exactonce/shared/audit"
 	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/examplesubscriber"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -46,7 +46,7 @@ func TestAuditOncePerEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &testkit.SyncBuffer{}
-	sub := &audit.Subscriber{Guard: once.New(db, "audit-claims"), Log: slog.New(slog.NewJSONHandler(logs, nil))}
+	sub := &examplesubscriber.Subscriber{Guard: once.New(db, "audit-claims"), Log: slog.New(slog.NewJSONHandler(logs, nil))}
 
 	var wg sync.WaitGroup
 	for _, e := range published {

@@ -1,4 +1,4 @@
-// Package crypto derives ExactOnce's keys from the server secret and uses
+// Package secretkeys derives ExactOnce's keys from the server secret and uses
 // them: the PIN HMAC, AES-256-GCM sealing of payloads, keyed fingerprints of
 // request bodies, keyed digests of Idempotency-Keys (and the ids derived from
 // them) and keyed hashes for logs. Each purpose has its own HKDF-derived key,
@@ -11,7 +11,7 @@
 // from an Idempotency-Key and the stored digests of those keys must not change
 // with a rotation, so they come from the "ids" secret (default: current),
 // which the rotation procedure pins to the original secret.
-package crypto
+package secretkeys
 
 import (
 	"crypto/aes"
@@ -36,7 +36,7 @@ const sealVersion = 1
 
 // ErrOpen is returned when a sealed payload does not authenticate or names an
 // unknown key: tampered data or a lost secret, never a wrong plaintext.
-var ErrOpen = errors.New("crypto: payload cannot be opened")
+var ErrOpen = errors.New("secretkeys: payload cannot be opened")
 
 // Keys holds the derived keys of every known secret, current first, and the
 // rotation-stable naming key.
@@ -64,7 +64,7 @@ func ParseSecret(secret string) (*Keys, error) {
 			IDs      string   `json:"ids"`
 		}
 		if err := json.Unmarshal([]byte(secret), &doc); err != nil {
-			return nil, errors.New(`crypto: secret JSON must be {"current": string, "previous": [string], "ids": string}`)
+			return nil, errors.New(`secretkeys: secret JSON must be {"current": string, "previous": [string], "ids": string}`)
 		}
 		secrets = append([]string{doc.Current}, doc.Previous...)
 		idSecret = doc.Current
@@ -75,7 +75,7 @@ func ParseSecret(secret string) (*Keys, error) {
 	k := &Keys{}
 	for i, s := range append(secrets, idSecret) {
 		if len(s) < MinSecretLen {
-			return nil, fmt.Errorf("crypto: secret %d is shorter than %d bytes", i, MinSecretLen)
+			return nil, fmt.Errorf("secretkeys: secret %d is shorter than %d bytes", i, MinSecretLen)
 		}
 	}
 	for _, s := range secrets {
@@ -87,7 +87,7 @@ func ParseSecret(secret string) (*Keys, error) {
 	}
 	names, err := hkdf.Key(sha256.New, []byte(idSecret), nil, "exactonce/v1/action-id", 32)
 	if err != nil {
-		return nil, fmt.Errorf("crypto: derive keys: %w", err)
+		return nil, fmt.Errorf("secretkeys: derive keys: %w", err)
 	}
 	k.names = names
 	return k, nil
@@ -109,7 +109,7 @@ func derive(secret []byte) (keySet, error) {
 	set.log = key("log")
 	payloadKey := key("payload")
 	if err != nil {
-		return set, fmt.Errorf("crypto: derive keys: %w", err)
+		return set, fmt.Errorf("secretkeys: derive keys: %w", err)
 	}
 	block, err := aes.NewCipher(payloadKey)
 	if err != nil {

@@ -1,4 +1,4 @@
-package deployed
+package emulator
 
 import (
 	"archive/zip"

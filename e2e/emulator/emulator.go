@@ -1,4 +1,4 @@
-// Package deployed runs a synthesized ExactOnce template on this machine as
+// Package emulator runs a synthesized ExactOnce template on this machine as
 // the template defines it: every function as its own process under a local
 // Lambda Runtime API with exactly the template's environment (plus the SDK's
 // own AWS_ENDPOINT_URL_<SERVICE> variables and the credentials of its role),
@@ -11,7 +11,7 @@
 // replicas in its Region, which it names), and its custom resources' calls
 // are made as their providers' roles (the replica's DescribeTable of its
 // table, whose stream ARN its publisher reads).
-package deployed
+package emulator
 
 import (
 	"bytes"

@@ -1,7 +1,7 @@
-// Package audit is the example subscriber: it writes one audit log line per
-// ExactOnce event, exactly once per eventId however often EventBridge
-// delivers it, using the events/once guard.
-package audit
+// Package examplesubscriber is the example subscriber: it writes one audit
+// log line per ExactOnce event, exactly once per eventId however often
+// EventBridge delivers it, using the events/once guard.
+package examplesubscriber
 
 import (
 	"context"
