@@ -82,24 +82,27 @@ unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a m
 	go test -short -count=1 -skip '$(UNIT_SKIP)' $(UNIT_PKGS)
 	for m in $(LIBRARIES); do (cd $$m && go test -short -count=1 -skip '$(UNIT_SKIP)' ./...) || exit 1; done
 
-# make test: go vet, then three lanes at once (-j3; a lane's steps in order):
-# lint, the tagged vets and the FULL_SIZE tests in full; every package under
-# the race detector; the
-# bench's figures (without it: they measure, make test only checks their
-# limits, on fewer actions), infra/ and make e2e. Much of each lane waits
-# (DynamoDB Local, node, timers), so they share the 2 cores better together
-# than one after another.
-test: $(TOOLS) ## run every test: go vet, then at once make lint; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, infra, then make e2e
+# make test: go vet, then four lanes at once (-j4; a lane's steps in order):
+# lint and the tagged vets; the FULL_SIZE tests in full (first, as its
+# longest test, 1,000 keyed cycles on one licence, is one request after
+# another; 4 tests at a time, as they mostly wait); every package under the
+# race detector; the bench's figures (without it: they measure, make test
+# only checks their limits, on fewer actions), infra/ and make e2e. Much of
+# each lane waits (DynamoDB Local, node, timers), so they share the 2 cores
+# better together than one after another.
+test: $(TOOLS) ## run every test: go vet, then at once make lint; the load tests in full; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, infra, then make e2e
 	go vet ./...
 	for m in $(LIBRARIES); do (cd $$m && go vet ./...) || exit 1; done
-	@$(MAKE) --no-print-directory -j3 -Oline test-lint test-race test-stack
+	@$(MAKE) --no-print-directory -j4 -Oline test-full test-lint test-race test-stack
 
-.PHONY: test-lint test-race test-stack
+.PHONY: test-full test-lint test-race test-stack
+test-full:
+	go test $(GOTEST_FLAGS) -parallel 4 -run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)
+
 test-lint:
 	@$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
-	go test $(GOTEST_FLAGS) -run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)
 
 test-race:
 	go test -race $(GOTEST_FLAGS) -skip '$(BENCH_MEASURES)' $(RACE_PKGS)
