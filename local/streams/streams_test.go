@@ -31,6 +31,18 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
+// newTable creates the store's table named name on the test binary's
+// DynamoDB Local (stream on) and returns the SDK config and client for it.
+func newTable(ctx context.Context, t *testing.T, name string) (aws.Config, *dynamodb.Client) {
+	t.Helper()
+	cfg := config.Local(testkit.DynamoDB(t))
+	db := dynamodb.NewFromConfig(cfg)
+	if err := store.CreateTable(ctx, db, name); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, db
+}
+
 // TestBatchItemFailures: like the Lambda event source mapping, the reader
 // retries a batch from the first record the handler reports as failed (and
 // the whole batch after an error), so every record is accepted exactly
@@ -39,11 +51,7 @@ func TestBatchItemFailures(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
-	if err := store.CreateTable(ctx, db, "streams-test"); err != nil {
-		t.Fatal(err)
-	}
+	cfg, db := newTable(ctx, t, "streams-test")
 	const n = 25
 	var want []string
 	for i := range n {
@@ -111,12 +119,8 @@ func TestSetAsideThenGoOn(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-aside"
-	if err := store.CreateTable(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	cfg, db := newTable(ctx, t, table)
 	put := func(id string) {
 		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
 			Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}}); err != nil {
@@ -187,12 +191,8 @@ func TestRecordAgeSetAside(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-age"
-	if err := store.CreateTable(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	cfg, db := newTable(ctx, t, table)
 	for i := range 3 {
 		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
 			Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: fmt.Sprint("c", i)}}}); err != nil {
@@ -235,12 +235,8 @@ func TestCaughtUpWaitsOutFailedReads(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
 	const table = "streams-caught-up"
-	if err := store.CreateTable(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	_, db := newTable(ctx, t, table)
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table),
 		Item: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "w1"}}}); err != nil {
 		t.Fatal(err)
@@ -304,11 +300,7 @@ func TestCaughtUpWaitsOutFailedReads(t *testing.T) {
 func TestReadsCloseTheirAnswers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
-	if err := store.CreateTable(ctx, db, "streams-idle"); err != nil {
-		t.Fatal(err)
-	}
+	cfg, db := newTable(ctx, t, "streams-idle")
 	var polls atomic.Int32
 	cfg.APIOptions = append(cfg.APIOptions, func(s *middleware.Stack) error {
 		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("countPolls", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
@@ -344,11 +336,7 @@ func TestTrimmedIteratorReopensTheShard(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := config.Local(testkit.DynamoDB(t))
-	db := dynamodb.NewFromConfig(cfg)
-	if err := store.CreateTable(ctx, db, "streams-trimmed"); err != nil {
-		t.Fatal(err)
-	}
+	_, db := newTable(ctx, t, "streams-trimmed")
 	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1)
 	if err != nil {
 		t.Fatal(err)
