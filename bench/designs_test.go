@@ -24,7 +24,7 @@ import (
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -90,7 +90,7 @@ func benchRounds(t *testing.T, contenders int) int {
 // paths compiled) by an unmeasured round first.
 func designs(t *testing.T, env *testkit.Env, n int) ([]designRow, []stepRow) {
 	ctx := context.Background()
-	cfg := config.Local(testkit.Endpoint)
+	cfg := awsconfig.Local(testkit.Endpoint)
 	bodies := &bodyMeter{next: cfg.HTTPClient}
 	counter := testkit.NewCounter(bodies)
 	cfg.HTTPClient = counter

@@ -22,7 +22,7 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // keyRecorder remembers the Idempotency-Key and attempt count of every
@@ -63,7 +63,7 @@ func TestLoadWithFaults(t *testing.T) {
 			ebProxy.Close()
 		}
 	}()
-	cfg := config.Local(dbProxy.URL)
+	cfg := awsconfig.Local(dbProxy.URL)
 	cfg.Retryer = func() aws.Retryer { // the SDK's own 3 attempts, with short waits
 		return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 50*time.Millisecond)
 	}
@@ -139,7 +139,7 @@ func TestLoadWithFaults(t *testing.T) {
 	}
 
 	// The table, read past the proxy: every action consumed once.
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	for _, id := range ids {
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(env.Table), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}})

@@ -20,7 +20,7 @@ import (
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // libraryRow is one path of an idempotent call: DynamoDB requests per call
@@ -78,7 +78,7 @@ func libraryMarkdown(rows []libraryRow) string {
 }
 
 func libraryRequests(t *testing.T) []libraryRow {
-	cfg := config.Local(testkit.DynamoDB(t))
+	cfg := awsconfig.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	db := dynamodb.NewFromConfig(cfg)
@@ -136,12 +136,14 @@ func libraryRequests(t *testing.T) []libraryRow {
 	rows[len(rows)-1].Theirs = nil
 	rows = append(rows, measure("payload mismatch",
 		func() { ours(ctx, in{"a", "other", ""}) }, func() { pt.do(ctx, "a", "other", false) }))
-	go ours(ctx, in{"h", "p", "hold"})
+	held := make(chan struct{})
+	go func() { defer close(held); ours(ctx, in{"h", "p", "hold"}) }()
 	<-hold
 	pt.claim(ctx, "h", "p") // a live Powertools claim
 	rows = append(rows, measure("in progress",
 		func() { ours(ctx, in{"h", "p", ""}) }, func() { pt.do(ctx, "h", "p", false) }))
 	close(release)
+	<-held // its completion is counted in no row
 	ours(ctx, in{"s", "p", "stuck"}) // holds "s" until its lease lapses
 	pt.claim(ctx, "s", "p")
 	clock.Add(2 * time.Minute.Milliseconds())

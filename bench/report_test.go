@@ -31,7 +31,7 @@ import (
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/lambdaruntime"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/publish"
 	"github.com/exactonce/exactonce/shared/store"
 )
@@ -333,7 +333,7 @@ func splitUnits(ops map[string]testkit.Units) (tableWrites, indexWrites, reads f
 // 64 concurrent clients, each on its own fresh actions.
 func latency(t *testing.T, env *testkit.Env, n int) []latencyRow {
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	direct := store.New(db, env.Table, store.Options{})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	var rows []latencyRow
@@ -412,7 +412,7 @@ func publisher(t *testing.T) publisherResult {
 		t.Fatal(err)
 	}
 	defer counting.Close()
-	pub := publish.New(eventbridge.NewFromConfig(config.Local(counting.URL)), "bench", "exactonce", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pub := publish.New(eventbridge.NewFromConfig(awsconfig.Local(counting.URL)), "bench", "exactonce", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	const records = 1000
 	batches := make([]lambdaevents.DynamoDBEvent, records/100)
 	for i := range records {

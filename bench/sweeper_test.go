@@ -12,7 +12,7 @@ import (
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
 )
@@ -57,12 +57,12 @@ func sweeperCosts(t *testing.T, env *testkit.Env) sweeperCost {
 	ctx := context.Background()
 	const n = 1000
 	table := env.Table + "-sweep"
-	plain := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	plain := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	if err := store.CreateTable(ctx, plain, table); err != nil {
 		t.Fatal(err)
 	}
 	setup := store.New(plain, table, store.Options{})
-	cfg := config.Local(testkit.DynamoDB(t))
+	cfg := awsconfig.Local(testkit.DynamoDB(t))
 	counter := testkit.NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	capacity := testkit.NewCapacity()

@@ -18,7 +18,7 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -108,7 +108,7 @@ const hotWithin = 10 * time.Minute
 // leaves 100,000 uses behind (make bench) starves the steps after it.
 func ownTable(t *testing.T, name string) string {
 	t.Helper()
-	db := dynamodb.NewFromConfig(config.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.Endpoint))
 	if err := store.CreateTable(context.Background(), db, name); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func ownTable(t *testing.T, name string) string {
 
 // usesStore is a store on a table of its own whose requests are metered.
 func usesStore(t *testing.T) (*store.Store, *testkit.Capacity) {
-	cfg := config.Local(testkit.Endpoint)
+	cfg := awsconfig.Local(testkit.Endpoint)
 	capacity := testkit.NewCapacity()
 	capacity.Attach(&cfg)
 	table := ownTable(t, "uses-"+strings.ReplaceAll(t.Name(), "/", "-"))
@@ -204,7 +204,7 @@ func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	cfg := config.Local(p.URL)
+	cfg := awsconfig.Local(p.URL)
 	cfg.Retryer = func() aws.Retryer { // throttled writes back off and retry, as the SDK does (without its retry quota: one client stands for many Lambdas here)
 		return retry.AddWithMaxAttempts(retry.AddWithMaxBackoffDelay(retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None }), 100*time.Millisecond), 20)
 	}

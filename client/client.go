@@ -113,7 +113,8 @@ func NewIdempotencyKey() string {
 type call struct {
 	method, path string
 	body         []byte
-	key          string // "" for GET
+	key          string      // "" for GET
+	header       http.Header // set after the client's own (Send)
 	// refused is the bearer token (its generation) the API answered 401
 	// to in this call: the next attempt sends another.
 	refused uint64
@@ -173,6 +174,31 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 	return nil, last
 }
 
+// Response is an answer as Send got it.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+// Send makes ONE request as the client's calls do (its SigV4 signature or
+// bearer token, its caller header), with body (nil: none; else sent as
+// application/json unless header says otherwise) and header, and returns
+// the answer as it came: no retry, no refreshed token, no decoding, and a
+// 4xx or 5xx is an answer, not an error. It is for what the typed calls do
+// not cover (a raw body, a header of your own, a route of a newer server).
+func (c *Client) Send(ctx context.Context, method, path string, body []byte, header http.Header) (*Response, error) {
+	r, err := c.once(ctx, call{method: method, path: path, body: body, header: header})
+	var noToken *tokenError
+	if errors.As(err, &noToken) {
+		return nil, noToken.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Response{StatusCode: r.status, Header: r.header, Body: r.body}, nil
+}
+
 // once sends one attempt.
 func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	var body io.Reader
@@ -188,6 +214,9 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	}
 	if cl.key != "" {
 		req.Header.Set("Idempotency-Key", cl.key)
+	}
+	for k, v := range cl.header {
+		req.Header[k] = v
 	}
 	if c.caller != "" {
 		req.Header.Set("X-Exactonce-Caller", c.caller)

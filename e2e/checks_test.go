@@ -3,14 +3,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -20,10 +16,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/client"
 	"github.com/exactonce/exactonce/e2e/emulator"
 	"github.com/exactonce/exactonce/e2e/iam"
 	"github.com/exactonce/exactonce/e2e/template"
@@ -145,7 +142,10 @@ type resp struct {
 
 func (r resp) str(k string) string { s, _ := r.body[k].(string); return s }
 
-// call makes a SigV4-signed request as c (nil: unsigned).
+// call makes one request as c (nil: unsigned) through the project's client
+// (client.Send: no retry, the answer as it came): signed with SigV4 for an
+// IAM stack, with c's token for a JWT one (made per call: a check may
+// change the authorizer the tokens are for).
 func (s *suite) call(c *caller, method, path string, body any, hdr ...string) resp {
 	var b []byte
 	if body != nil {
@@ -155,33 +155,24 @@ func (s *suite) call(c *caller, method, path string, body any, hdr ...string) re
 			b, _ = json.Marshal(body)
 		}
 	}
-	req, err := http.NewRequestWithContext(s.ctx, method, s.d.URL+path, bytes.NewReader(b))
-	if err != nil {
-		return resp{status: -1, raw: err.Error()}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	h := http.Header{}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		h.Set(hdr[i], hdr[i+1])
 	}
-	if c != nil && s.jwt != nil {
-		req.Header.Set("Authorization", "Bearer "+s.token(c))
-	} else if c != nil {
-		sum := sha256.Sum256(b)
-		creds := aws.Credentials{AccessKeyID: c.key, SecretAccessKey: "caller-secret"}
-		if err := v4.NewSigner().SignHTTP(s.ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", s.d.Region, time.Now()); err != nil {
-			return resp{status: -1, raw: err.Error()}
-		}
+	opts := []client.Option{client.WithHTTPClient(s.http)}
+	switch {
+	case c != nil && s.jwt != nil:
+		h.Set("Authorization", "Bearer "+s.token(c))
+	case c != nil:
+		creds := credentials.NewStaticCredentialsProvider(c.key, "caller-secret", "")
+		opts = append(opts, client.WithSigV4(aws.Config{Region: s.d.Region, Credentials: creds}))
 	}
-	res, err := s.http.Do(req)
+	r, err := client.New(s.d.URL, opts...).Send(s.ctx, method, path, b, h)
 	if err != nil {
 		return resp{status: -1, raw: err.Error()}
 	}
-	defer func() { _ = res.Body.Close() }()
-	raw, _ := io.ReadAll(res.Body)
-	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	_ = json.Unmarshal(raw, &out.body)
+	out := resp{status: r.StatusCode, header: r.Header, raw: string(r.Body)}
+	_ = json.Unmarshal(r.Body, &out.body)
 	return out
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/exactonce/exactonce/e2e/iam"
 	"github.com/exactonce/exactonce/e2e/template"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // createCustomResource makes a custom resource's call as its provider
@@ -37,7 +37,7 @@ func (d *Deployment) createCustomResource(ctx context.Context, c template.Custom
 	key := "AKIAE2ECR" + strings.ToUpper(c.LogicalID)
 	secret := randomText(40)
 	d.Proxy.Keys[key] = &iam.Principal{Function: c.LogicalID, RoleArn: provider.RoleArn, Statements: statements(provider.Statements)}
-	cfg := config.Local(proxyURL)
+	cfg := awsconfig.Local(proxyURL)
 	cfg.Region = d.Region
 	cfg.Credentials = credentials.NewStaticCredentialsProvider(key, secret, "e2e-"+c.LogicalID)
 	out, err := dynamodb.NewFromConfig(cfg).DescribeTable(ctx, &in)

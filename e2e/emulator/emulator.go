@@ -50,7 +50,7 @@ import (
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/local/lambdaruntime"
 	"github.com/exactonce/exactonce/local/streams"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // Options configure Start.
@@ -140,7 +140,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		return nil, err
 	}
 	d.stop = append(d.stop, ddb.Stop)
-	d.DB = dynamodb.NewFromConfig(config.Local(ddb.Endpoint))
+	d.DB = dynamodb.NewFromConfig(awsconfig.Local(ddb.Endpoint))
 	partitionKeys := map[string]string{}
 	d.tables = map[string]template.Table{}
 	for _, id := range append(tpl.OfType("AWS::DynamoDB::Table"), tpl.OfType("AWS::DynamoDB::GlobalTable")...) {
@@ -462,7 +462,7 @@ func (d *Deployment) fail(format string, a ...any) {
 // through the authorizing proxy (the mapping reads and sets aside as its
 // function's role, as Lambda does).
 func (d *Deployment) awsConfig(function, proxyURL string) aws.Config {
-	cfg := config.Local(proxyURL)
+	cfg := awsconfig.Local(proxyURL)
 	cfg.Region = d.Region
 	c := d.creds[function]
 	cfg.Credentials = credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/exactonce/exactonce/events/once"
 	"github.com/exactonce/exactonce/shared/app"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/examplesubscriber"
 )
 
@@ -24,7 +24,7 @@ func main() {
 	if table == "" {
 		log.Fatal("DEDUPE_TABLE is not set")
 	}
-	awsCfg, err := config.AWS(context.Background())
+	awsCfg, err := awsconfig.Load(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/publish"
 	"github.com/exactonce/exactonce/shared/store"
@@ -33,7 +34,7 @@ func main() {
 	if source == "" {
 		source = events.DefaultSource
 	}
-	awsCfg, err := config.AWS(context.Background())
+	awsCfg, err := awsconfig.Load(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}

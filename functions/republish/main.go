@@ -29,7 +29,7 @@ import (
 
 	"github.com/exactonce/exactonce/events"
 	"github.com/exactonce/exactonce/shared/app"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/publish"
 	"github.com/exactonce/exactonce/shared/republish"
 )
@@ -49,7 +49,7 @@ func main() {
 		source = events.DefaultSource
 	}
 	ctx := context.Background()
-	awsCfg, err := config.AWS(ctx)
+	awsCfg, err := awsconfig.Load(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

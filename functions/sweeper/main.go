@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/sweep"
 	"github.com/exactonce/exactonce/shared/telemetry"
@@ -24,11 +25,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	awsCfg, err := config.AWS(context.Background())
+	awsCfg, err := awsconfig.Load(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
-	st, logger, metrics := cfg.Store(dynamodb.NewFromConfig(awsCfg)), app.Logger(), telemetry.New(os.Stdout)
+	st, logger, metrics := app.Store(cfg, dynamodb.NewFromConfig(awsCfg)), app.Logger(), telemetry.New(os.Stdout)
 	// A sweep keeps its 50 s budget where the function's timeout is the
 	// purge's 15 minutes (multi-Region stacks), so a sweep never holds one of
 	// the two reserved slots for long; the purge's budget is the timeout's.

@@ -16,12 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -59,31 +59,41 @@ type item struct {
 	TTL            int64     `dynamodbav:"ttl"`
 }
 
-// names maps every #placeholder of the expressions below to its attribute
-// (item's tags).
-var names = map[string]string{
-	"#fp": "fingerprint", "#token": "token", "#lease": "leaseExpiresAtMs", "#createdAt": "createdAt",
-	"#claimedAt": "claimedAt", "#doneAt": "completedAt", "#released": "releasedAt", "#response": "response",
-	"#attempts": "attempts", "#failures": "failures", "#lastError": "lastError", "#relToken": "releasedToken",
-	"#claimKey": "claimKey", "#claimReq": "claimRequestId", "#claimFP": "claimFingerprint", "#ttl": TTLAttribute,
+// attr names the attributes the expressions below write and test (item's
+// tags) for the SDK's expression builder.
+var attr = struct {
+	fp, token, lease, createdAt, claimedAt, doneAt, released, response, relToken expression.NameBuilder
+	attempts, failures, lastError, ttl, claimKey, claimReq, claimFP              expression.NameBuilder
+}{
+	fp: expression.Name("fingerprint"), token: expression.Name("token"), lease: expression.Name("leaseExpiresAtMs"),
+	createdAt: expression.Name("createdAt"), claimedAt: expression.Name("claimedAt"), doneAt: expression.Name("completedAt"),
+	released: expression.Name("releasedAt"), response: expression.Name("response"), relToken: expression.Name("releasedToken"),
+	attempts: expression.Name("attempts"), failures: expression.Name("failures"), lastError: expression.Name("lastError"),
+	ttl: expression.Name(TTLAttribute), claimKey: expression.Name("claimKey"), claimReq: expression.Name("claimRequestId"),
+	claimFP: expression.Name("claimFingerprint"),
 }
 
-// The conditions of the three transitions.
-const (
-	// claimable: new, past its retention, or (same fingerprint, not
-	// completed, and nobody's lease running). A different fingerprint never
-	// passes, so the refusal's old item is always checked for it.
-	condClaimable = "attribute_not_exists(#pk) OR #ttl <= :nowS OR (#fp = :fp" +
-		" AND attribute_not_exists(#doneAt) AND (attribute_not_exists(#token) OR #lease <= :nowMs))"
-	// condClaimableAfterRelease (idempotency.Claim.AnyAfterRelease) also takes
-	// a key its holder released with any fingerprint (a release leaves its
-	// token in #relToken; an item of unknown shape has none). Another
-	// fingerprint still never passes on a completed, held or lapsed key.
-	condClaimableAfterRelease = condClaimable + " OR (attribute_not_exists(#doneAt)" +
-		" AND attribute_not_exists(#token) AND attribute_exists(#relToken))"
-	// held: the token is the current holder's and nothing finished the key.
-	condHeld = "#token = :token AND attribute_not_exists(#doneAt)"
-)
+// claimable: new, past its retention, or (same fingerprint, not
+// completed, and nobody's lease running). A different fingerprint never
+// passes, so the refusal's old item is always checked for it. With
+// anyAfterRelease (idempotency.Claim.AnyAfterRelease) it also takes a key
+// its holder released with any fingerprint (a release leaves its token in
+// releasedToken; an item of unknown shape has none). Another fingerprint
+// still never passes on a completed, held or lapsed key.
+func (t *Table) claimable(c idempotency.Claim) expression.ConditionBuilder {
+	cond := expression.Or(expression.AttributeNotExists(t.pk()), attr.ttl.LessThanEqual(expression.Value(c.Now.Unix())),
+		expression.And(attr.fp.Equal(expression.Value(c.Fingerprint)), expression.AttributeNotExists(attr.doneAt),
+			expression.AttributeNotExists(attr.token).Or(attr.lease.LessThanEqual(expression.Value(c.Now.UnixMilli())))))
+	if c.AnyAfterRelease {
+		cond = cond.Or(expression.And(expression.AttributeNotExists(attr.doneAt), expression.AttributeNotExists(attr.token), expression.AttributeExists(attr.relToken)))
+	}
+	return cond
+}
+
+// held: the token is the current holder's and nothing finished the key.
+func held(tok string) expression.ConditionBuilder {
+	return attr.token.Equal(expression.Value(tok)).And(expression.AttributeNotExists(attr.doneAt))
+}
 
 // API is the part of the DynamoDB client the table uses; *dynamodb.Client has it.
 type API interface {
@@ -124,42 +134,46 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	}
 	c.Now = millis(c.Now)
 	now := c.Now
-	sets := []string{"#fp = :fp", "#token = :token", "#lease = :lease", "#claimedAt = :now",
-		"#createdAt = if_not_exists(#createdAt, :now)", "#ttl = :ttl"}
-	// A key past its retention starts over: nothing of its old answer stays.
-	rems := []string{"#doneAt", "#response", "#relToken"}
-	values := map[string]any{
-		":fp": c.Fingerprint, ":token": c.Token, ":lease": now.Add(c.Lease).UnixMilli(),
-		":now": FormatTime(now), ":ttl": now.Add(t.retention() + c.Lease).Unix(), ":one": 1,
-		":nowMs": now.UnixMilli(), ":nowS": now.Unix(),
-	}
-	for _, a := range []struct{ ph, v string }{{"claimReq", c.Request.RequestID}, {"claimFP", c.Request.Fingerprint}, {"claimKey", c.Request.Key}} {
-		if a.v == "" {
-			rems = append(rems, "#"+a.ph)
-			continue
+	// The claim's fields; a field the claim does not carry is removed, and
+	// a key past its retention starts over: nothing of its old answer stays.
+	claim := func(created expression.OperandBuilder) expression.UpdateBuilder {
+		u := expression.Set(attr.fp, expression.Value(c.Fingerprint)).
+			Set(attr.token, expression.Value(c.Token)).
+			Set(attr.lease, expression.Value(now.Add(c.Lease).UnixMilli())).
+			Set(attr.claimedAt, expression.Value(FormatTime(now))).
+			Set(attr.createdAt, created).
+			Set(attr.ttl, expression.Value(now.Add(t.retention()+c.Lease).Unix())).
+			Remove(attr.doneAt).Remove(attr.response).Remove(attr.relToken)
+		for _, a := range []struct {
+			name expression.NameBuilder
+			v    string
+		}{{attr.claimReq, c.Request.RequestID}, {attr.claimFP, c.Request.Fingerprint}, {attr.claimKey, c.Request.Key}} {
+			if a.v == "" {
+				u = u.Remove(a.name)
+			} else {
+				u = u.Set(a.name, expression.Value(a.v))
+			}
 		}
-		sets = append(sets, "#"+a.ph+" = :"+a.ph)
-		values[":"+a.ph] = a.v
+		return u
 	}
-	expr := "SET " + strings.Join(sets, ", ") + " ADD #attempts :one REMOVE " + strings.Join(rems, ", ")
-	cond := condClaimable
-	if c.AnyAfterRelease {
-		cond = condClaimableAfterRelease
-	}
+	nowS := expression.Value(now.Unix())
+	live := expression.AttributeNotExists(t.pk()).Or(attr.ttl.GreaterThan(nowS))
+	written, old, failed, err := t.write(ctx, name,
+		claim(expression.IfNotExists(attr.createdAt, expression.Value(FormatTime(now)))).Add(attr.attempts, expression.Value(1)),
+		live.And(t.claimable(c)))
 	// A key past its retention whose item DynamoDB TTL has not deleted yet
 	// (that takes up to days) starts a fresh record: no SET can reset the
 	// counters only when the item expired, so the first write leaves such
 	// an item alone, and its refusal (which shows the old item) leads to a
 	// second write that replaces the expired record, if it still is one.
-	fresh := "SET " + strings.Join(append(sets[:len(sets):len(sets)], "#attempts = :one"), ", ") +
-		" REMOVE " + strings.Join(append(rems, "#released", "#failures", "#lastError"), ", ")
-	fresh = strings.Replace(fresh, "#createdAt = if_not_exists(#createdAt, :now)", "#createdAt = :now", 1)
-	written, old, failed, err := t.write(ctx, name, expr, condLive+" AND ("+cond+")", values)
+	fresh := claim(expression.Value(FormatTime(now))).Set(attr.attempts, expression.Value(1)).
+		Remove(attr.released).Remove(attr.failures).Remove(attr.lastError)
+	expired := expression.AttributeNotExists(t.pk()).Or(attr.ttl.LessThanEqual(nowS))
 	for range 2 {
 		if err != nil || !failed || old == nil || ttlOf(old) > now.Unix() {
 			break
 		}
-		written, old, failed, err = t.write(ctx, name, fresh, condExpired, values)
+		written, old, failed, err = t.write(ctx, name, fresh, expired)
 	}
 	switch {
 	case err != nil:
@@ -173,14 +187,6 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	}
 	return nil, idempotency.ClassifyClaim(k, c)
 }
-
-// condLive and condExpired split a claim by the key's retention: a new or
-// live key is claimed by the usual write; an item past its retention only
-// by the write that replaces it with a fresh record.
-const (
-	condLive    = "(attribute_not_exists(#pk) OR #ttl > :nowS)"
-	condExpired = "attribute_not_exists(#pk) OR #ttl <= :nowS"
-)
 
 // ttlOf is an item's end of retention (epoch seconds; 0 when absent or
 // malformed).
@@ -196,10 +202,10 @@ func ttlOf(m map[string]types.AttributeValue) int64 {
 // key gets a *idempotency.Rejection (lease_lost, key_not_found).
 func (t *Table) Complete(ctx context.Context, name, token string, response []byte, now time.Time) (*idempotency.Record, error) {
 	now = millis(now)
-	values := map[string]any{
-		":now": FormatTime(now), ":response": string(response), ":ttl": now.Add(t.retention()).Unix(), ":token": token,
-	}
-	k, err := t.transition(ctx, name, "SET #doneAt = :now, #response = :response, #ttl = :ttl", values)
+	u := expression.Set(attr.doneAt, expression.Value(FormatTime(now))).
+		Set(attr.response, expression.Value(string(response))).
+		Set(attr.ttl, expression.Value(now.Add(t.retention()).Unix()))
+	k, err := t.transition(ctx, name, token, u)
 	if err != nil {
 		return nil, t.classify(err, "complete", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
@@ -213,18 +219,17 @@ func (t *Table) Complete(ctx context.Context, name, token string, response []byt
 func (t *Table) Release(ctx context.Context, name, token, errText string, now time.Time) (*idempotency.Record, error) {
 	now = millis(now)
 	errText = idempotency.FitError(errText)
-	values := map[string]any{
-		":now": FormatTime(now), ":token": token, ":ttl": now.Add(t.retention()).Unix(), ":one": 1,
-	}
-	expr := "SET #released = :now, #relToken = :token, #ttl = :ttl"
-	rems := "#token, #lease, #claimKey, #claimReq, #claimFP"
+	u := expression.Set(attr.released, expression.Value(FormatTime(now))).
+		Set(attr.relToken, expression.Value(token)).
+		Set(attr.ttl, expression.Value(now.Add(t.retention()).Unix())).
+		Add(attr.failures, expression.Value(1)).
+		Remove(attr.lease).Remove(attr.claimKey).Remove(attr.claimReq).Remove(attr.claimFP)
 	if errText != "" {
-		expr += ", #lastError = :lastError"
-		values[":lastError"] = errText
+		u = u.Set(attr.lastError, expression.Value(errText))
 	} else {
-		rems += ", #lastError"
+		u = u.Remove(attr.lastError)
 	}
-	k, err := t.transition(ctx, name, expr+" ADD #failures :one REMOVE "+rems, values)
+	k, err := t.transition(ctx, name, token, u.Remove(attr.token))
 	if err != nil {
 		return nil, t.classify(err, "release", func(old *idempotency.Record) error { return idempotency.ClassifyRelease(old, token) })
 	}
@@ -240,10 +245,10 @@ func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.
 	now = millis(now)
 	errText = idempotency.FitError(errText)
 	until := now.Add(t.retention())
-	values := map[string]any{
-		":token": token, ":lease": until.UnixMilli(), ":ttl": until.Unix(), ":lastError": errText,
-	}
-	k, err := t.transition(ctx, name, "SET #lease = :lease, #ttl = :ttl, #lastError = :lastError", values)
+	u := expression.Set(attr.lease, expression.Value(until.UnixMilli())).
+		Set(attr.ttl, expression.Value(until.Unix())).
+		Set(attr.lastError, expression.Value(errText))
+	k, err := t.transition(ctx, name, token, u)
 	if err != nil {
 		return nil, t.classify(err, "hold", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
@@ -279,9 +284,9 @@ type refused struct {
 
 func (refused) Error() string { return "dynamostore: refused" }
 
-// transition runs a holder's write (condition: still held by :token).
-func (t *Table) transition(ctx context.Context, name, expr string, values map[string]any) (*idempotency.Record, error) {
-	written, old, failed, err := t.write(ctx, name, expr, condHeld, values)
+// transition runs a holder's write (condition: still held by tok).
+func (t *Table) transition(ctx context.Context, name, tok string, u expression.UpdateBuilder) (*idempotency.Record, error) {
+	written, old, failed, err := t.write(ctx, name, u, held(tok))
 	switch {
 	case err != nil:
 		return nil, err
@@ -307,36 +312,22 @@ func (t *Table) classify(err error, op string, explain func(*idempotency.Record)
 	return explain(old)
 }
 
-// placeholder finds the #name and :value placeholders of an expression.
-var placeholder = regexp.MustCompile(`[#:][A-Za-z0-9]+`)
-
 // write runs one conditional UpdateItem whose refusal returns the item it
 // saw (ReturnValuesOnConditionCheckFailure = ALL_OLD). When the condition
 // fails, failed is true and old is that item (nil if there was none): the
 // same request tells why, no read follows.
-func (t *Table) write(ctx context.Context, name, expr, cond string, values map[string]any) (written, old map[string]types.AttributeValue, failed bool, err error) {
-	used, vals := map[string]string{}, map[string]any{}
-	for _, ph := range placeholder.FindAllString(expr+" "+cond, -1) {
-		switch {
-		case ph == "#pk":
-			used[ph] = t.partitionKey()
-		case ph[0] == '#':
-			used[ph] = names[ph]
-		default:
-			vals[ph] = values[ph]
-		}
-	}
-	av, err := attributevalue.MarshalMap(vals)
+func (t *Table) write(ctx context.Context, name string, u expression.UpdateBuilder, cond expression.ConditionBuilder) (written, old map[string]types.AttributeValue, failed bool, err error) {
+	e, err := expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
 	if err != nil {
 		return nil, nil, false, err
 	}
 	out, err := t.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           &t.Name,
 		Key:                                 t.key(name),
-		UpdateExpression:                    &expr,
-		ConditionExpression:                 &cond,
-		ExpressionAttributeNames:            used,
-		ExpressionAttributeValues:           av,
+		UpdateExpression:                    e.Update(),
+		ConditionExpression:                 e.Condition(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -353,6 +344,9 @@ func (t *Table) write(ctx context.Context, name, expr, cond string, values map[s
 func (t *Table) key(name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{t.partitionKey(): &types.AttributeValueMemberS{Value: t.Prefix + name}}
 }
+
+// pk is the partition key attribute, as the expression builder names it.
+func (t *Table) pk() expression.NameBuilder { return expression.Name(t.partitionKey()) }
 
 func (t *Table) partitionKey() string {
 	if t.PartitionKey == "" {

@@ -28,6 +28,7 @@ import (
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
@@ -134,7 +135,7 @@ func WithEvents(o *server.Options) { o.Events = true; o.EventLog = io.Discard }
 // NewEnv starts a local server on its own table (named after the test).
 func NewEnv(t testing.TB, opts ...func(*server.Options)) *Env {
 	t.Helper()
-	cfg := config.Local(DynamoDB(t))
+	cfg := awsconfig.Local(DynamoDB(t))
 	counter := NewCounter(cfg.HTTPClient)
 	cfg.HTTPClient = counter
 	capacity := NewCapacity()
@@ -268,7 +269,7 @@ func NewDeadEnv(t testing.TB) *Env {
 	dead := "http://" + l.Addr().String()
 	l.Close()
 	logs := &SyncBuffer{}
-	cfg := config.Local(dead)
+	cfg := awsconfig.Local(dead)
 	cfg.Retryer = func() aws.Retryer { // the SDK's retries, with short waits
 		return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond)
 	}

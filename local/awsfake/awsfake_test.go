@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // TestThroughTheSDK: the real SDK clients accept the fake's answers (the
@@ -20,7 +20,7 @@ func TestThroughTheSDK(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	cfg := config.Local(s.URL)
+	cfg := awsconfig.Local(s.URL)
 	q := sqs.NewFromConfig(cfg)
 	s.AddQueue("dlq")
 	url := "https://sqs.us-east-1.amazonaws.com/000000000000/dlq"

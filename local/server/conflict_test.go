@@ -8,7 +8,7 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 )
 
 // conflictEnv is a local server whose DynamoDB UpdateItem requests cross a
@@ -23,7 +23,7 @@ func conflictEnv(t *testing.T, rates faults.Rates) (*testkit.Env, *faults.Proxy)
 	}
 	t.Cleanup(proxy.Close)
 	env := testkit.NewEnv(t, func(o *server.Options) {
-		cfg := config.Local(proxy.URL)
+		cfg := awsconfig.Local(proxy.URL)
 		o.AWS, o.DynamoDBEndpoint = &cfg, proxy.URL
 	})
 	return env, proxy

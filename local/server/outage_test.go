@@ -20,7 +20,7 @@ import (
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/local/streams"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/publish"
 )
 
@@ -29,7 +29,7 @@ import (
 func scaled(t *testing.T, via func(bus string) string) func(*server.Options) {
 	return func(o *server.Options) {
 		testkit.WithEvents(o)
-		cfg := config.Local(testkit.DynamoDB(t))
+		cfg := awsconfig.Local(testkit.DynamoDB(t))
 		cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond) }
 		o.AWS = &cfg
 		o.EventBridgeVia = via
@@ -45,7 +45,7 @@ func scaled(t *testing.T, via func(bus string) string) func(*server.Options) {
 func dedupe(t *testing.T, evs []eventbus.Event) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	table := "claims-" + fmt.Sprint(time.Now().UnixNano())
 	if err := once.CreateTable(ctx, db, table); err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	openapi "github.com/exactonce/exactonce/api"
 	"github.com/exactonce/exactonce/local/gateway"
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/secretkeys"
@@ -60,7 +61,7 @@ type Options struct {
 	SecretSource secretkeys.Source
 	Retention    time.Duration // default store.DefaultRetention
 	Log          *slog.Logger  // default app.Logger()
-	// AWS, when set, is used instead of config.Local(DynamoDBEndpoint), e.g. to
+	// AWS, when set, is used instead of awsconfig.Local(DynamoDBEndpoint), e.g. to
 	// put a counting or fault-injecting transport in the path.
 	AWS *aws.Config
 	// Events runs the stream publisher on the table's stream, publishing to a
@@ -119,7 +120,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = app.Logger()
 	}
-	awsCfg := config.Local(o.DynamoDBEndpoint)
+	awsCfg := awsconfig.Local(o.DynamoDBEndpoint)
 	if o.AWS != nil {
 		awsCfg = *o.AWS
 	}
@@ -158,7 +159,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		_ = json.NewEncoder(w).Encode(totals) // fails only when the client went away
 	}))
 	srv := &Server{API: api, Handler: sameOrigin(mux), DB: db, Table: o.Table, Metrics: metrics,
-		Sweeper: &sweep.Sweeper{Store: cfg.Store(db), Log: o.Log, Metrics: metrics}}
+		Sweeper: &sweep.Sweeper{Store: app.Store(cfg, db), Log: o.Log, Metrics: metrics}}
 	srv.ctx, srv.stop = context.WithCancel(context.Background())
 	if o.SweepEvery > 0 {
 		srv.background(func(ctx context.Context) {
@@ -202,7 +203,7 @@ func (s *Server) startEvents(awsCfg aws.Config, o Options) error {
 	if o.EventBridgeVia != nil {
 		endpoint = o.EventBridgeVia(bus.URL)
 	}
-	ebCfg := config.Local(endpoint)
+	ebCfg := awsconfig.Local(endpoint)
 	ebCfg.Retryer = awsCfg.Retryer // the SDK retries the caller chose (tests: short waits)
 	dead := &streams.DeadLetters{}
 	pub := publish.New(eventbridge.NewFromConfig(ebCfg), LocalBus, events.DefaultSource, o.Log)

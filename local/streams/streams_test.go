@@ -25,7 +25,7 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/streams"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // DynamoDB Local (stream on) and returns the SDK config and client for it.
 func newTable(ctx context.Context, t *testing.T, name string) (aws.Config, *dynamodb.Client) {
 	t.Helper()
-	cfg := config.Local(testkit.DynamoDB(t))
+	cfg := awsconfig.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
 	if err := store.CreateTable(ctx, db, name); err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestCaughtUpWaitsOutFailedReads(t *testing.T) {
 	}
 	defer proxy.Close()
 	proxy.Down(true)
-	scfg := config.Local(proxy.URL)
+	scfg := awsconfig.Local(proxy.URL)
 	scfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), 20*time.Millisecond) }
 	var handled atomic.Int64
 	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(scfg), Table: table,
@@ -344,7 +344,7 @@ func TestTrimmedIteratorReopensTheShard(t *testing.T) {
 	defer p.Close()
 	var mu sync.Mutex
 	var handled []string
-	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(config.Local(p.URL)), Table: "streams-trimmed",
+	r := &streams.Reader{DB: db, Streams: dynamodbstreams.NewFromConfig(awsconfig.Local(p.URL)), Table: "streams-trimmed",
 		Handle: func(_ context.Context, ev lambdaevents.DynamoDBEvent) (lambdaevents.DynamoDBEventResponse, error) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 	"github.com/exactonce/exactonce/shared/httpapi"
 	"github.com/exactonce/exactonce/shared/secretkeys"
@@ -34,7 +35,7 @@ func FromEnv(ctx context.Context, needs Needs) (*httpapi.API, error) {
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := config.AWS(ctx)
+	awsCfg, err := awsconfig.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 	// What the cold start reads from other services, bounded altogether.
 	initCtx, cancel := context.WithTimeout(ctx, config.InitFetchTimeout)
 	defer cancel()
-	if err := config.LoadTenants(initCtx, &cfg, awsCfg); err != nil {
+	if err := LoadTenants(initCtx, &cfg, awsCfg); err != nil {
 		return nil, err
 	}
 	var keys *secretkeys.Provider
@@ -59,19 +60,19 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 		src := cfg.SecretSource
 		if src == nil {
 			var err error
-			if src, err = config.SecretSource(cfg, awsCfg); err != nil {
+			if src, err = SecretSource(cfg, awsCfg); err != nil {
 				return nil, err
 			}
 		}
 		var err error
 		if keys, err = secretkeys.NewProvider(initCtx, src); err != nil {
-			return nil, config.InitError("read the server secret", initCtx, err)
+			return nil, InitError("read the server secret", initCtx, err)
 		}
 	}
 	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, telemetry.MeterDynamoDB)
 	})
-	api := httpapi.New(cfg.Store(db), keys, log)
+	api := httpapi.New(Store(cfg, db), keys, log)
 	api.Metrics = metrics
 	api.Tenants, api.TenantClaim = cfg.Tenants, cfg.TenantClaim
 	return api, nil

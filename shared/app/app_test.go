@@ -12,6 +12,7 @@ import (
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/shared/app"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/config"
 )
 
@@ -78,7 +79,7 @@ func TestColdStartFetchesAreBounded(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			_, err := app.New(context.Background(), cfg, config.Local(hang.URL), slog.New(slog.DiscardHandler), nil)
+			_, err := app.New(context.Background(), cfg, awsconfig.Local(hang.URL), slog.New(slog.DiscardHandler), nil)
 			took := time.Since(start)
 			if err == nil || !strings.Contains(err.Error(), "no answer within "+config.InitFetchTimeout.String()) {
 				t.Fatalf("err %v, want one saying there was no answer within %s", err, config.InitFetchTimeout)

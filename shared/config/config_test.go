@@ -1,19 +1,8 @@
 package config
 
 import (
-	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 func TestLoad(t *testing.T) {
@@ -44,89 +33,3 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
-
-// TestRetryerReplicatedWriteConflict: the SDK configuration every function
-// (AWS) and the local server (Local) build their clients from retries an
-// MRSC write conflict, and still what the standard retryer retries, and not
-// a failed condition.
-func TestRetryerReplicatedWriteConflict(t *testing.T) {
-	t.Setenv("AWS_REGION", "us-east-1")
-	cfg, err := AWS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, c := range map[string]aws.Config{"AWS": cfg, "Local": Local("http://127.0.0.1:1")} {
-		if c.Retryer == nil {
-			t.Fatalf("%s: no retryer", name)
-		}
-		r := c.Retryer()
-		for err, want := range map[error]bool{
-			&types.ReplicatedWriteConflictException{Message: aws.String("another Region")}: true,
-			&types.ProvisionedThroughputExceededException{}:                                true,
-			&types.ConditionalCheckFailedException{}:                                       false,
-		} {
-			if got := r.IsErrorRetryable(err); got != want {
-				t.Errorf("%s: %T retryable %v, want %v", name, err, got, want)
-			}
-		}
-	}
-}
-
-// TestLocalOutlastsDynamoDBLocalLockWaits: DynamoDB Local runs one writer at
-// a time, and on a loaded machine it answers a request that waited too long
-// for its lock with a 500 ("This request will succeed in actual DynamoDB
-// API"; nothing was applied). Local's clients send such a request again, more
-// often than the SDK's 3 attempts and its retry quota would, and it counts as
-// one request at any HTTP client wrapped around Local's (testkit.Counter);
-// another 500 is left to the SDK's retries.
-func TestLocalOutlastsDynamoDBLocalLockWaits(t *testing.T) {
-	const lockWait = `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"This action timed out because it too long waiting for a lock. This request will succeed in actual DynamoDB API"}`
-	for _, c := range []struct {
-		name          string
-		refusals      int
-		body          string
-		ok            bool
-		wantAtTheFake int
-	}{
-		{"lock waits", 6, lockWait, true, 7},
-		{"another 500", 6, `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}`, false, 3},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var calls atomic.Int32
-			fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				if !strings.Contains(string(body), `"TableName":"t"`) {
-					t.Errorf("request %d sent without its body: %q", calls.Load()+1, body)
-				}
-				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-				if calls.Add(1) <= int32(c.refusals) {
-					w.WriteHeader(500)
-					_, _ = w.Write([]byte(c.body))
-					return
-				}
-				_, _ = w.Write([]byte(`{}`))
-			}))
-			defer fake.Close()
-			cfg := Local(fake.URL)
-			local := cfg.Retryer
-			cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(local(), time.Millisecond) } // Local's retries, short waits
-			sent := 0
-			cfg.HTTPClient = countingClient{cfg.HTTPClient, &sent}
-			_, err := dynamodb.NewFromConfig(cfg).GetItem(context.Background(), &dynamodb.GetItemInput{
-				TableName: aws.String("t"), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "x"}}})
-			if (err == nil) != c.ok || int(calls.Load()) != c.wantAtTheFake {
-				t.Fatalf("err %v after %d requests at DynamoDB, want ok=%v after %d", err, calls.Load(), c.ok, c.wantAtTheFake)
-			}
-			if c.ok && sent != 1 {
-				t.Errorf("the SDK sent %d requests, want 1", sent)
-			}
-		})
-	}
-}
-
-type countingClient struct {
-	next aws.HTTPClient
-	n    *int
-}
-
-func (c countingClient) Do(r *http.Request) (*http.Response, error) { *c.n++; return c.next.Do(r) }

@@ -15,7 +15,7 @@ import (
 	"github.com/exactonce/exactonce/events/once"
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/eventbus"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/examplesubscriber"
 )
 
@@ -41,7 +41,7 @@ func TestAuditOncePerEvent(t *testing.T) {
 		t.Fatalf("%d events published, want 2", len(published))
 	}
 
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	if err := once.CreateTable(context.Background(), db, "audit-claims"); err != nil {
 		t.Fatal(err)
 	}

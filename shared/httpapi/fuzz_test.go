@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/secretkeys"
 	"github.com/exactonce/exactonce/shared/store"
 )
@@ -39,7 +39,7 @@ func FuzzHandlers(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	api := New(store.New(dynamodb.NewFromConfig(config.Local(fake.URL)), "t", store.Options{}), secretkeys.StaticProvider(keys), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	api := New(store.New(dynamodb.NewFromConfig(awsconfig.Local(fake.URL)), "t", store.Options{}), secretkeys.StaticProvider(keys), slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	handlers := []Handler{api.Create, api.Consume, api.Cancel}
 
 	f.Add(uint8(0), "", []byte(`{"userId":"u","pin":"1234","payload":{"a":[1]}}`), "", false)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/idemkey"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
@@ -74,12 +73,12 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		if err != nil {
 			return fail(err)
 		}
-		var req idemkey.ClaimRequest
+		var req keyClaimRequest
 		r, err := readRequest(&ev, c.keys, false, MaxBodyBytes, &req)
 		if err != nil {
 			return fail(err)
 		}
-		lease, err := idemkey.ValidateClaim(&req)
+		lease, err := validateKeyClaim(&req)
 		if err != nil {
 			return fail(err)
 		}
@@ -119,11 +118,11 @@ func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err != nil {
 			return fail(err)
 		}
-		var req idemkey.CompleteRequest
+		var req keyCompleteRequest
 		if _, err := readRequest(&ev, c.keys, false, MaxKeyBodyBytes, &req); err != nil {
 			return fail(err)
 		}
-		if err := idemkey.ValidateComplete(&req); err != nil {
+		if err := validateKeyComplete(&req); err != nil {
 			return fail(err)
 		}
 		// Stored compact: the replay is the same value, not the same bytes.
@@ -144,11 +143,11 @@ func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		if err != nil {
 			return fail(err)
 		}
-		var req idemkey.ReleaseRequest
+		var req keyReleaseRequest
 		if _, err := readRequest(&ev, c.keys, false, MaxBodyBytes, &req); err != nil {
 			return fail(err)
 		}
-		if err := idemkey.ValidateRelease(&req); err != nil {
+		if err := validateKeyRelease(&req); err != nil {
 			return fail(err)
 		}
 		k, err := a.store.ReleaseKey(ctx, name, req.Token, req.Error, a.Now())
@@ -195,7 +194,7 @@ func (a *API) GetKey(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 // meaning.
 func pathKey(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {
 	name := ev.PathParameters["key"]
-	if err := idemkey.ValidateName(name); err != nil {
+	if err := validateKeyName(name); err != nil {
 		return "", err
 	}
 	if c.keys != nil {

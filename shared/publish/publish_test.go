@@ -21,7 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/exactonce/exactonce/events"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
@@ -201,7 +201,7 @@ func newPublisher(t *testing.T, f *fakeEventBridge) *Publisher {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	f.accepted = map[string]int{}
-	cfg := config.Local(srv.URL)
+	cfg := awsconfig.Local(srv.URL)
 	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), time.Millisecond) }
 	p := New(eventbridge.NewFromConfig(cfg), "bus", "exactonce", slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	p.sleep = func(context.Context, time.Duration) error { return nil }

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
+	"github.com/exactonce/exactonce/internal/backoff"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
@@ -145,7 +146,7 @@ type refusal struct {
 
 // New returns a Publisher to bus with the given event source.
 func New(eb *eventbridge.Client, bus, source string, log *slog.Logger) *Publisher {
-	return &Publisher{eb: eb, bus: bus, source: source, log: log, Attempts: 8, Backoff: 4 * time.Second, sleep: sleepCtx,
+	return &Publisher{eb: eb, bus: bus, source: source, log: log, Attempts: 8, Backoff: 4 * time.Second, sleep: backoff.Sleep,
 		PoisonAttempts: DefaultPoisonAttempts, PoisonMaxAge: DefaultPoisonMaxAge, now: time.Now}
 }
 
@@ -492,15 +493,4 @@ func entrySize(e ebtypes.PutEventsRequestEntry) int {
 		n += len(r)
 	}
 	return n
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

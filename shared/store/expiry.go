@@ -7,10 +7,10 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -39,21 +39,15 @@ func expiryShard(id string, shards int) string {
 	return strconv.Itoa(int(h.Sum32() % uint32(shards)))
 }
 
-// condExpirable: open (not consumed, canceled or already expired) and due.
-const condExpirable = "attribute_exists({actionId}) AND attribute_not_exists({consumedAt})" +
-	" AND attribute_not_exists({canceledAt}) AND attribute_not_exists({expiredAt})" +
-	" AND {expiresAtMs} <= :nowMs"
-
 // Expire marks a due, open action expired with one conditional write (its
 // index entry stays: no index write); ttl keeps its end of retention.
 // It reports false when the action was finished (or gone) already: a
 // consume that won the race, another sweep, a cancel.
 func (st *Store) Expire(ctx context.Context, id string, now time.Time) (bool, error) {
 	now = action.Millis(now)
-	u := newUpdate()
-	u.set(attrExpiredAt, ts(now))
-	u.value("nowMs", n(now.UnixMilli()))
-	_, old, err := st.update(ctx, id, u, u.cond(condExpirable), types.ReturnValueNone)
+	// Unfinished (not consumed, canceled or already expired) and due.
+	due := unfinished().And(expression.Name(attrExpiresAtMs).LessThanEqual(expression.Value(n(now.UnixMilli()))))
+	_, old, err := st.update(ctx, id, set(expression.UpdateBuilder{}, attrExpiredAt, ts(now)), due, types.ReturnValueNone)
 	var r *action.Rejection
 	switch {
 	case errors.As(err, &r) && r.Code == action.CodeNotFound:
@@ -83,20 +77,22 @@ func (st *Store) Due(ctx context.Context, shard int, after int64, upTo time.Time
 	if after >= upTo.UnixMilli() {
 		return nil
 	}
+	e, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(attrExpShard).Equal(expression.Value(s(strconv.Itoa(shard)))).
+			And(expression.Key(attrExpiresAtMs).Between(expression.Value(n(after+1)), expression.Value(n(upTo.UnixMilli()))))).
+		WithProjection(expression.NamesList(expression.Name(attrID), expression.Name(attrExpiresAtMs))).
+		Build()
+	if err != nil {
+		return err
+	}
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
-		TableName:              &st.table,
-		IndexName:              aws.String(ExpiryIndex),
-		KeyConditionExpression: aws.String("#shard = :shard AND #exp BETWEEN :from AND :to"),
-		ExpressionAttributeNames: map[string]string{
-			"#shard": attrExpShard, "#exp": attrExpiresAtMs, "#id": attrID,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":shard": s(strconv.Itoa(shard)),
-			":from":  n(after + 1),
-			":to":    n(upTo.UnixMilli()),
-		},
-		ProjectionExpression: aws.String("#id, #exp"),
-		Limit:                aws.Int32(DuePageSize),
+		TableName:                 &st.table,
+		IndexName:                 aws.String(ExpiryIndex),
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ProjectionExpression:      e.Projection(),
+		Limit:                     aws.Int32(DuePageSize),
 	})
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
@@ -128,48 +124,28 @@ const batchGetMax = 100
 // those need no write. It reads with BatchGetItem, eventually consistent
 // (half a read unit per item of up to 4 KB): a stale answer can only show
 // an older state, and a finished action never reopens, so an action is
-// never wrongly skipped; one shown open, missing or left unprocessed is
-// simply not in the result, and Expire's condition decides.
+// never wrongly skipped; one shown open or missing is simply not in the
+// result, and Expire's condition decides.
 func (st *Store) Finished(ctx context.Context, due []DueAction) (map[string]bool, error) {
 	want := make(map[string]int64, len(due))
-	for _, d := range due {
-		want[d.ID] = d.ExpiresAt.UnixMilli()
+	ids := make([]string, len(due))
+	for i, d := range due {
+		want[d.ID], ids[i] = d.ExpiresAt.UnixMilli(), d.ID
+	}
+	items, err := st.read(ctx, ids, []string{attrExpiresAtMs, attrConsumedAt, attrCanceledAt, attrExpiredAt}, false)
+	if err != nil {
+		return nil, err
 	}
 	done := map[string]bool{}
-	ids := slices.Sorted(maps.Keys(want))
-	for chunk := range slices.Chunk(ids, batchGetMax) {
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, id := range chunk {
-			keys[i] = key(id)
+	for _, it := range items {
+		if it == nil {
+			continue
 		}
-		req := map[string]types.KeysAndAttributes{st.table: {
-			Keys:                 keys,
-			ProjectionExpression: aws.String("#id, #exp, #c, #x, #e"),
-			ExpressionAttributeNames: map[string]string{
-				"#id": attrID, "#exp": attrExpiresAtMs, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt,
-			},
-		}}
-		for try := 0; len(req) > 0 && try < 4; try++ {
-			if try > 0 {
-				select { // unprocessed keys: DynamoDB asks to back off
-				case <-time.After(time.Duration(25<<try) * time.Millisecond):
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
-			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, classifyErr(err)
-			}
-			for _, it := range out.Responses[st.table] {
-				d := dynamoitem.Decoder{Item: it}
-				id, exp := d.Str(attrID), d.Num(attrExpiresAtMs)
-				finished := d.Str(attrConsumedAt) != "" || d.Str(attrCanceledAt) != "" || d.Str(attrExpiredAt) != ""
-				if d.Err == nil && finished && exp == want[id] {
-					done[id] = true
-				}
-			}
-			req = out.UnprocessedKeys
+		d := dynamoitem.Decoder{Item: it}
+		id, exp := d.Str(attrID), d.Num(attrExpiresAtMs)
+		finished := d.Str(attrConsumedAt) != "" || d.Str(attrCanceledAt) != "" || d.Str(attrExpiredAt) != ""
+		if d.Err == nil && finished && exp == want[id] {
+			done[id] = true
 		}
 	}
 	return done, nil
@@ -209,14 +185,19 @@ func (st *Store) Watermarks(ctx context.Context) (map[int]int64, error) {
 func (st *Store) AdvanceWatermarks(ctx context.Context, marks map[int]int64) error {
 	shards := slices.Sorted(maps.Keys(marks))
 	raise := func(shards []int) (failed bool, err error) {
-		u := newUpdate()
-		var conds []string
-		for _, shard := range shards {
-			a := watermarkAttr(shard)
-			u.set(a, n(marks[shard]))
-			conds = append(conds, "(attribute_not_exists({"+a+"}) OR {"+a+"} < :"+a+")")
+		var u expression.UpdateBuilder
+		var cond expression.ConditionBuilder
+		for i, shard := range shards {
+			a, v := expression.Name(watermarkAttr(shard)), expression.Value(n(marks[shard]))
+			u = u.Set(a, v)
+			lower := expression.AttributeNotExists(a).Or(a.LessThan(v))
+			if i == 0 {
+				cond = lower
+			} else {
+				cond = cond.And(lower)
+			}
 		}
-		_, _, failed, err = st.write(ctx, WatermarkID, u, u.cond(strings.Join(conds, " AND ")), types.ReturnValueNone)
+		_, _, failed, err = st.exprWrite(ctx, WatermarkID, u, &cond, types.ReturnValueNone)
 		return failed, err
 	}
 	failed, err := raise(shards)

@@ -303,6 +303,12 @@ func (st *Store) readGatesOf(ctx context.Context, a *action.Action, idx []int, t
 // BatchGetItems (100 keys each, up to 8 at once), in keys' order (nil where
 // an item is missing). proj, when set, is the attributes to return.
 func (st *Store) readItems(ctx context.Context, keys []string, proj []string) ([]map[string]types.AttributeValue, error) {
+	return st.read(ctx, keys, proj, true)
+}
+
+// read is readItems, with eventually consistent reads (half the read units)
+// unless consistent.
+func (st *Store) read(ctx context.Context, keys []string, proj []string, consistent bool) ([]map[string]types.AttributeValue, error) {
 	byKey := make(map[string]map[string]types.AttributeValue, len(keys))
 	var mu sync.Mutex
 	var firstErr error
@@ -313,7 +319,7 @@ func (st *Store) readItems(ctx context.Context, keys []string, proj []string) ([
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			items, err := st.batchRead(ctx, chunk, proj)
+			items, err := st.batchRead(ctx, chunk, proj, consistent)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -335,8 +341,8 @@ func (st *Store) readItems(ctx context.Context, keys []string, proj []string) ([
 
 // batchRead is one chunk of readItems, retrying the keys DynamoDB leaves
 // unprocessed with the SDK's backoff.
-func (st *Store) batchRead(ctx context.Context, keys []string, proj []string) (map[string]map[string]types.AttributeValue, error) {
-	ka := types.KeysAndAttributes{ConsistentRead: aws.Bool(true)}
+func (st *Store) batchRead(ctx context.Context, keys []string, proj []string, consistent bool) (map[string]map[string]types.AttributeValue, error) {
+	ka := types.KeysAndAttributes{ConsistentRead: aws.Bool(consistent)}
 	for _, k := range keys {
 		ka.Keys = append(ka.Keys, key(k))
 	}

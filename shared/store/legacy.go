@@ -4,12 +4,10 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/dynamoitem"
@@ -180,21 +178,13 @@ func (st *Store) migrate(ctx context.Context, item map[string]types.AttributeVal
 	}
 	names = append(names, legacyUsesHeld)
 	for chunk := range slices.Chunk(names, 200) {
-		ph := map[string]string{"#h": legacyUsesHeld}
-		removes := make([]string, len(chunk))
-		for k, name := range chunk {
-			removes[k] = "#l" + strconv.Itoa(k)
-			ph[removes[k]] = name
+		var u expression.UpdateBuilder
+		for _, name := range chunk {
+			u = u.Remove(expression.NameNoDotSplit(name))
 		}
-		_, _, _, err = dynamoitem.Update(ctx, st.db, &dynamodb.UpdateItemInput{
-			TableName: &st.table, Key: key(tenant.ItemKey(a.Tenant, a.ID)),
-			UpdateExpression:          aws.String("REMOVE " + strings.Join(removes, ", ")),
-			ConditionExpression:       aws.String("#h = :h"),
-			ExpressionAttributeNames:  ph,
-			ExpressionAttributeValues: map[string]types.AttributeValue{":h": item[legacyUsesHeld]},
-		})
-		if err != nil {
-			return nil, classifyErr(err)
+		cond := expression.Name(legacyUsesHeld).Equal(expression.Value(item[legacyUsesHeld]))
+		if _, _, _, err = st.exprWrite(ctx, tenant.ItemKey(a.Tenant, a.ID), u, &cond, types.ReturnValueNone); err != nil {
+			return nil, err
 		}
 	}
 	a.UsesHeld = 0

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -20,16 +20,16 @@ import (
 // answers as always (409 already_used, 410 expired or canceled, a key's
 // replay), so a late caller sees no difference.
 
-// purgeCond holds at the moment of the delete: the retention has ended, and
+// purgeable holds at the moment of the delete: the retention has ended, and
 // the item is not an open action (an action nobody finished, which the
 // sweeper has yet to mark expired, is kept so its action.expired is not
 // lost; keys and other items carry no userId).
-const purgeCond = "#ttl <= :now AND (attribute_not_exists(#user) OR attribute_exists(#c) OR attribute_exists(#x) OR attribute_exists(#e))"
-
-var purgeNames = map[string]string{"#ttl": attrTTL, "#user": attrUserID, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt}
-
-func purgeValues(now time.Time) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{":now": n(now.Unix())}
+func purgeable(now time.Time) expression.ConditionBuilder {
+	return expression.Name(attrTTL).LessThanEqual(expression.Value(n(now.Unix()))).
+		And(expression.Or(expression.AttributeNotExists(expression.Name(attrUserID)),
+			expression.AttributeExists(expression.Name(attrConsumedAt)),
+			expression.AttributeExists(expression.Name(attrCanceledAt)),
+			expression.AttributeExists(expression.Name(attrExpiredAt))))
 }
 
 // ScanPurgeable reads segment of total (a parallel Scan, eventually
@@ -39,16 +39,18 @@ func purgeValues(now time.Time) map[string]types.AttributeValue {
 // Scan is billed for every item it reads (half a read unit per 4 KB).
 func (st *Store) ScanPurgeable(ctx context.Context, segment, total int, now time.Time, page func(keys []string) error) (ScanStats, error) {
 	var stats ScanStats
-	names := maps.Clone(purgeNames)
-	names["#id"] = attrID
+	e, err := expression.NewBuilder().WithFilter(purgeable(now)).WithProjection(expression.NamesList(expression.Name(attrID))).Build()
+	if err != nil {
+		return stats, err
+	}
 	in := &dynamodb.ScanInput{
 		TableName:                 aws.String(st.table),
 		Segment:                   aws.Int32(int32(segment)),
 		TotalSegments:             aws.Int32(int32(total)),
-		FilterExpression:          aws.String(purgeCond),
-		ProjectionExpression:      aws.String("#id"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: purgeValues(now),
+		FilterExpression:          e.Filter(),
+		ProjectionExpression:      e.Projection(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 	}
 	for {
@@ -83,12 +85,16 @@ func (st *Store) ScanPurgeable(ctx context.Context, segment, total int, now time
 // (gone already, its retention moved on, an open action). units is the
 // write capacity DynamoDB reports for it, index writes included.
 func (st *Store) Purge(ctx context.Context, pk string, now time.Time) (deleted bool, units float64, err error) {
+	e, err := expression.NewBuilder().WithCondition(purgeable(now)).Build()
+	if err != nil {
+		return false, 0, err
+	}
 	out, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       key(pk),
-		ConditionExpression:       aws.String(purgeCond),
-		ExpressionAttributeNames:  purgeNames,
-		ExpressionAttributeValues: purgeValues(now),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
 	})
 	var failed *types.ConditionalCheckFailedException

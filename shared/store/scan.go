@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -56,23 +57,28 @@ type ReleasedRecord struct {
 // as soon as they are read.
 func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to time.Time, segment, total int, page func(Window) error) (ScanStats, error) {
 	var st ScanStats
+	id := expression.Name(attrID)
+	within := func(attr string, from, to types.AttributeValue) expression.ConditionBuilder {
+		return expression.Name(attr).GreaterThanEqual(expression.Value(from)).And(expression.Name(attr).LessThan(expression.Value(to)))
+	}
+	f, t, fMs, tMs := ts(from), ts(to), n(from.UnixMilli()), n(to.UnixMilli())
+	actions := expression.And(
+		expression.Not(id.BeginsWith(KeyPrefix)), expression.Not(id.BeginsWith(GatePrefix)), expression.Not(id.BeginsWith(recordPrefix)),
+		expression.AttributeExists(expression.Name(attrUserID)),
+		expression.Or(within(attrConsumedAt, f, t), within(attrCanceledAt, f, t), within(attrExpiredAt, f, t)))
+	records := id.BeginsWith(recordPrefix).And(within(rUsedAt, fMs, tMs).Or(within(rReleasedAt, fMs, tMs)))
+	e, err := expression.NewBuilder().WithFilter(expression.Or(actions, id.BeginsWith(GatePrefix), records)).Build()
+	if err != nil {
+		return st, err
+	}
 	in := &dynamodb.ScanInput{
-		TableName:     aws.String(table),
-		Segment:       aws.Int32(int32(segment)),
-		TotalSegments: aws.Int32(int32(total)),
-		FilterExpression: aws.String("(NOT begins_with(#id, :kp) AND NOT begins_with(#id, :ug) AND NOT begins_with(#id, :ur) AND attribute_exists(#user) AND " +
-			"((#c >= :from AND #c < :to) OR (#x >= :from AND #x < :to) OR (#e >= :from AND #e < :to)))" +
-			" OR begins_with(#id, :ug)" +
-			" OR (begins_with(#id, :ur) AND ((#ua >= :fromMs AND #ua < :toMs) OR (#ra >= :fromMs AND #ra < :toMs)))"),
-		ExpressionAttributeNames: map[string]string{
-			"#id": attrID, "#user": attrUserID, "#c": attrConsumedAt, "#x": attrCanceledAt, "#e": attrExpiredAt,
-			"#ua": rUsedAt, "#ra": rReleasedAt,
-		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":kp": s(KeyPrefix), ":ug": s(GatePrefix), ":ur": s(recordPrefix), ":from": ts(from), ":to": ts(to),
-			":fromMs": n(from.UnixMilli()), ":toMs": n(to.UnixMilli()),
-		},
-		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+		TableName:                 aws.String(table),
+		Segment:                   aws.Int32(int32(segment)),
+		TotalSegments:             aws.Int32(int32(total)),
+		FilterExpression:          e.Filter(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
 	}
 	for {
 		out, err := db.Scan(ctx, in)

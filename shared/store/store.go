@@ -10,17 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
-	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
@@ -85,20 +84,47 @@ func (st *Store) Table() string { return st.table }
 // Retention is how long finished actions stay readable.
 func (st *Store) Retention() time.Duration { return st.retention }
 
-// The conditions. {x} is the #placeholder of attribute x.
-const (
-	// open: the action exists and no operation finished it.
-	condOpen = "attribute_exists({actionId}) AND attribute_not_exists({consumedAt})" +
-		" AND attribute_not_exists({canceledAt}) AND attribute_not_exists({expiredAt})" +
-		" AND {expiresAtMs} > :nowMs"
-	// consumable: open and active.
-	condConsumable = condOpen + " AND {activeAtMs} <= :nowMs"
-	condNoPIN      = " AND attribute_not_exists({pinHash})"
-	// single: not a multi-use action (those take uses, see Take).
-	condSingle = " AND attribute_not_exists({maxUses})"
-	// a guess may be reserved while guesses remain.
-	condGuessLeft = "attribute_exists({pinHash}) AND {pinFailures} < {maxPinAttempts}"
-)
+// The conditions, built with the SDK's expression builder.
+
+// unfinished: the action exists and no operation finished it.
+func unfinished() expression.ConditionBuilder {
+	return expression.And(expression.AttributeExists(expression.Name(attrID)),
+		expression.AttributeNotExists(expression.Name(attrConsumedAt)),
+		expression.AttributeNotExists(expression.Name(attrCanceledAt)),
+		expression.AttributeNotExists(expression.Name(attrExpiredAt)))
+}
+
+// open: unfinished and not yet expired at now.
+func open(now time.Time) expression.ConditionBuilder {
+	return unfinished().And(expression.Name(attrExpiresAtMs).GreaterThan(expression.Value(n(now.UnixMilli()))))
+}
+
+// consumable: open and active at now.
+func consumable(now time.Time) expression.ConditionBuilder {
+	return open(now).And(expression.Name(attrActiveAtMs).LessThanEqual(expression.Value(n(now.UnixMilli()))))
+}
+
+// noPIN: the action has no PIN.
+func noPIN() expression.ConditionBuilder {
+	return expression.AttributeNotExists(expression.Name(attrPINHash))
+}
+
+// single: not a multi-use action (those take uses, see Take).
+func single() expression.ConditionBuilder {
+	return expression.AttributeNotExists(expression.Name(attrMaxUses))
+}
+
+// guessLeft: a guess may be reserved while guesses remain.
+func guessLeft() expression.ConditionBuilder {
+	return expression.AttributeExists(expression.Name(attrPINHash)).
+		And(expression.Name(attrPINFailures).LessThan(expression.Name(attrMaxPINAttempts)))
+}
+
+// pinTry names the attribute of a guess's token (a caller's request id may
+// hold a dot: the name is never split into a path).
+func pinTry(prefix, token string) expression.NameBuilder {
+	return expression.NameNoDotSplit(prefix + token)
+}
 
 // Create writes a new action; the item must not exist. On a failed condition
 // it returns the domain's classification: *action.Replay for a retry of the
@@ -113,42 +139,40 @@ func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []st
 // action) stamps the time clock reads then; nil means a.CreatedAt.
 func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprints []string, clock func() time.Time) (*action.Action, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
-	u := newUpdate()
-	u.set(attrUserID, s(a.UserID))
-	u.setIf(attrKind, a.Kind)
+	u := set(expression.UpdateBuilder{}, attrUserID, s(a.UserID))
+	u = setIf(u, attrKind, a.Kind)
 	if a.Supersedes {
-		u.set(attrSupersedes, s("1"))
+		u = set(u, attrSupersedes, s("1"))
 	}
-	u.set(attrActiveAtMs, n(a.ActiveAt.UnixMilli()))
-	u.set(attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
-	u.set(attrCreatedAt, ts(a.CreatedAt))
-	u.set(attrCreatedAtMs, n(a.CreatedAt.UnixMilli())) // the user index's sort key
-	u.set(attrUserKey, s(userKey(a.Tenant, a.UserID))) // and its partition key: written here only
-	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
-	u.set(attrExpShard, s(expiryShard(pk, st.shards)))
+	u = set(u, attrActiveAtMs, n(a.ActiveAt.UnixMilli()))
+	u = set(u, attrExpiresAtMs, n(a.ExpiresAt.UnixMilli()))
+	u = set(u, attrCreatedAt, ts(a.CreatedAt))
+	u = set(u, attrCreatedAtMs, n(a.CreatedAt.UnixMilli())) // the user index's sort key
+	u = set(u, attrUserKey, s(userKey(a.Tenant, a.UserID))) // and its partition key: written here only
+	u = set(u, attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
+	u = set(u, attrExpShard, s(expiryShard(pk, st.shards)))
 	if len(a.Metadata) > 0 {
 		m := make(map[string]types.AttributeValue, len(a.Metadata))
 		for k, v := range a.Metadata {
 			m[k] = s(v)
 		}
-		u.set(attrMetadata, &types.AttributeValueMemberM{Value: m})
+		u = set(u, attrMetadata, &types.AttributeValueMemberM{Value: m})
 	}
 	if a.PINProtected() {
-		u.set(attrPINHash, b(a.PINHash))
-		u.set(attrPINFailures, n(0))
-		u.set(attrMaxPINAttempts, n(int64(a.MaxPINAttempts)))
+		u = set(u, attrPINHash, b(a.PINHash))
+		u = set(u, attrPINFailures, n(0))
+		u = set(u, attrMaxPINAttempts, n(int64(a.MaxPINAttempts)))
 	}
 	if a.Payload != nil {
-		u.set(attrPayload, b(a.Payload))
+		u = set(u, attrPayload, b(a.Payload))
 	}
 	if a.MultiUse() {
-		setUses(u, a)
+		u = setUses(u, a)
 	}
-	u.setIf(attrKeyID, a.KeyID)
-	setWrite(u, attrCreateKey, attrCreateFP, attrCreateReq, a.Create)
-	cond := u.cond("attribute_not_exists({actionId})")
+	u = setIf(u, attrKeyID, a.KeyID)
+	u = setWrite(u, attrCreateKey, attrCreateFP, attrCreateReq, a.Create)
 
-	_, old, err := st.update(ctx, pk, u, cond, types.ReturnValueNone)
+	_, old, err := st.update(ctx, pk, u, expression.AttributeNotExists(expression.Name(attrID)), types.ReturnValueNone)
 	if err != nil {
 		return nil, err
 	}
@@ -252,16 +276,14 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 	now := action.Millis(c.Now)
 	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID, PINPresented: c.PIN != nil}
 	if c.PIN == nil {
-		return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
+		return st.consume(ctx, id, c, at, consumable(now).And(noPIN()), nil)
 	}
 	token := action.TryToken(c.Write)
-	u := newUpdate()
-	st.countGuess(u, now)
-	u.sets = append(u.sets, u.name(attrPINTry+token)+" = "+u.name(attrPINFailures)+" + :one")
-	u.set(attrPINTryFP+token, s(c.Write.Fingerprint))
-	u.value("nowMs", n(now.UnixMilli()))
-	cond := condConsumable + " AND " + condGuessLeft + " AND attribute_not_exists({" + attrPINTry + token + "})" + st.knownKeys(u, c.KeyIDs)
-	reserved, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
+	u := countGuess(now).
+		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1)))).
+		Set(pinTry(attrPINTryFP, token), expression.Value(s(c.Write.Fingerprint)))
+	cond := expression.And(consumable(now), guessLeft(), expression.AttributeNotExists(pinTry(attrPINTry, token)), knownKeys(c.KeyIDs))
+	reserved, old, err := st.update(ctx, id, u, cond, types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +311,7 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 		case !old.PINProtected(): // a PIN for an action that has none: a plain consume
 			at.Now = c.later()
-			return st.consume(ctx, id, c, at, condConsumable+condNoPIN, nil)
+			return st.consume(ctx, id, c, at, consumable(at.Now).And(noPIN()), nil)
 		}
 	}
 	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
@@ -304,27 +326,25 @@ func (st *Store) judgeGuess(ctx context.Context, id string, c Consume, at action
 		seen.PINFailures = try.N
 		return nil, action.Reject(action.CodeInvalidPIN, &seen)
 	}
-	refund := func(u *update) {
-		u.sets = append(u.sets, u.name(attrPINFailures)+" = "+u.name(attrPINFailures)+" - :one")
-		u.value("one", n(1))
+	refund := func(u expression.UpdateBuilder) expression.UpdateBuilder {
+		return u.Set(expression.Name(attrPINFailures), expression.Name(attrPINFailures).Minus(expression.Value(n(1))))
 	}
 	at.Now = c.later() // consumedAt is this write's time, not the request's
-	return st.consume(ctx, id, c, at, condConsumable+" AND attribute_exists({"+attrPINTry+action.TryToken(c.Write)+"})", refund)
+	return st.consume(ctx, id, c, at, consumable(at.Now).And(expression.AttributeExists(pinTry(attrPINTry, action.TryToken(c.Write)))), refund)
 }
 
-// consume is the consuming write under cond (plus: the action's key set is
-// known), with extra updates; a refusal is classified.
-func (st *Store) consume(ctx context.Context, id string, c Consume, at action.Attempt, cond string, extra func(*update)) (*action.Action, error) {
-	u := newUpdate()
-	u.set(attrConsumedAt, ts(at.Now))
-	u.setIf(attrConsumedReason, c.Reason)
-	u.set(attrTTL, n(at.Now.Add(st.retention).Unix()))
-	setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
-	u.value("nowMs", n(at.Now.UnixMilli()))
+// consume is the consuming write under cond (plus: a single-use action,
+// under a key set this server knows), with extra updates; a refusal is
+// classified.
+func (st *Store) consume(ctx context.Context, id string, c Consume, at action.Attempt, cond expression.ConditionBuilder, extra func(expression.UpdateBuilder) expression.UpdateBuilder) (*action.Action, error) {
+	u := set(expression.UpdateBuilder{}, attrConsumedAt, ts(at.Now))
+	u = setIf(u, attrConsumedReason, c.Reason)
+	u = set(u, attrTTL, n(at.Now.Add(st.retention).Unix()))
+	u = setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
 	if extra != nil {
-		extra(u)
+		u = extra(u)
 	}
-	written, old, err := st.update(ctx, id, u, u.cond(cond+condSingle+st.knownKeys(u, c.KeyIDs)), types.ReturnValueAllNew)
+	written, old, err := st.update(ctx, id, u, expression.And(cond, single(), knownKeys(c.KeyIDs)), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err
 	}
@@ -340,23 +360,25 @@ func (st *Store) consume(ctx context.Context, id string, c Consume, at action.At
 
 // knownKeys is the condition that the action is under one of the key sets
 // this server knows (or under none).
-func (st *Store) knownKeys(u *update, ids []string) string {
+func knownKeys(ids []string) expression.ConditionBuilder {
+	none := expression.AttributeNotExists(expression.Name(attrKeyID))
 	if len(ids) == 0 {
-		return " AND attribute_not_exists({" + attrKeyID + "})"
+		return none
 	}
-	ph := make([]string, len(ids))
+	in := make([]expression.OperandBuilder, len(ids))
 	for i, id := range ids {
-		ph[i] = u.value(fmt.Sprintf("key%d", i), s(id))
+		in[i] = expression.Value(s(id))
 	}
-	return " AND (attribute_not_exists({" + attrKeyID + "}) OR {" + attrKeyID + "} IN (" + strings.Join(ph, ", ") + "))"
+	return none.Or(expression.Name(attrKeyID).In(in[0], in[1:]...))
 }
 
-// countGuess adds to u: one more guess counted, and its time.
-func (st *Store) countGuess(u *update, now time.Time) {
-	u.sets = append(u.sets, u.name(attrPINFailures)+" = "+u.name(attrPINFailures)+" + "+u.value("one", n(1)),
-		u.name(attrPINFailedAt)+" = list_append(if_not_exists("+u.name(attrPINFailedAt)+", "+
-			u.value("empty", &types.AttributeValueMemberL{Value: []types.AttributeValue{}})+"), "+
-			u.value("failedAt", &types.AttributeValueMemberL{Value: []types.AttributeValue{ts(now)}})+")")
+// countGuess is the update of one more guess counted, and its time.
+func countGuess(now time.Time) expression.UpdateBuilder {
+	failedAt := expression.Name(attrPINFailedAt)
+	return expression.Set(expression.Name(attrPINFailures), expression.Name(attrPINFailures).Plus(expression.Value(n(1)))).
+		Set(failedAt, expression.ListAppend(
+			expression.IfNotExists(failedAt, expression.Value(&types.AttributeValueMemberL{Value: []types.AttributeValue{}})),
+			expression.Value(&types.AttributeValueMemberL{Value: []types.AttributeValue{ts(now)}})))
 }
 
 // spendIfGuess passes why through, unless it is a refusal that compared the
@@ -372,11 +394,10 @@ func (st *Store) spendIfGuess(ctx context.Context, id string, w action.Write, cl
 		return why
 	}
 	token := action.SpendToken(w)
-	u := newUpdate()
-	st.countGuess(u, action.Millis(clock()))
-	u.sets = append(u.sets, u.name(attrPINTry+token)+" = "+u.name(attrPINFailures)+" + :one")
-	cond := condGuessLeft + " AND attribute_not_exists({" + attrPINTry + token + "})"
-	written, old, err := st.update(ctx, id, u, u.cond(cond), types.ReturnValueAllNew)
+	u := countGuess(action.Millis(clock())).
+		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1))))
+	cond := guessLeft().And(expression.AttributeNotExists(pinTry(attrPINTry, token)))
+	written, old, err := st.update(ctx, id, u, cond, types.ReturnValueAllNew)
 	switch {
 	case err != nil:
 		return err
@@ -409,7 +430,7 @@ type Cancel struct {
 func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Action, error) {
 	pk := tenant.ItemKey(c.Tenant, id)
 	now := action.Millis(c.Now)
-	written, old, err := st.cancelWrite(ctx, pk, c, now, condOpen+condSingle)
+	written, old, err := st.cancelWrite(ctx, pk, c, now, open(now).And(single()))
 	if err == nil && old != nil && old.MultiUse() && old.CanceledAt.IsZero() && old.ConsumedAt.IsZero() && old.ExpiredAt.IsZero() && now.Before(old.ExpiresAt) {
 		latest, cerr := st.closeGates(ctx, old, c, now.Add(st.retention).Unix())
 		if cerr != nil {
@@ -419,7 +440,7 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 		if !latest.Before(now) {
 			now = latest.Add(time.Millisecond)
 		}
-		written, old, err = st.cancelWrite(ctx, pk, c, now, condOpen)
+		written, old, err = st.cancelWrite(ctx, pk, c, now, open(now))
 	}
 	if err != nil {
 		return nil, err
@@ -436,21 +457,19 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 }
 
 // cancelWrite is a cancel's conditional write on the action's item, at now.
-func (st *Store) cancelWrite(ctx context.Context, pk string, c Cancel, now time.Time, cond string) (written, old *action.Action, err error) {
-	u := newUpdate()
-	u.set(attrCanceledAt, ts(now))
-	u.setIf(attrCancelReason, c.Reason)
-	u.set(attrTTL, n(now.Add(st.retention).Unix()))
-	setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
-	u.value("nowMs", n(now.UnixMilli()))
-	return st.update(ctx, pk, u, u.cond(cond), types.ReturnValueAllNew)
+func (st *Store) cancelWrite(ctx context.Context, pk string, c Cancel, now time.Time, cond expression.ConditionBuilder) (written, old *action.Action, err error) {
+	u := set(expression.UpdateBuilder{}, attrCanceledAt, ts(now))
+	u = setIf(u, attrCancelReason, c.Reason)
+	u = set(u, attrTTL, n(now.Add(st.retention).Unix()))
+	u = setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
+	return st.update(ctx, pk, u, cond, types.ReturnValueAllNew)
 }
 
 // update runs one conditional UpdateItem on an action. It returns the item
 // as written (when rv asks for it), or the old item when the condition failed
 // (old is then non-nil, or nil with a not-found Rejection), or a dependency error.
-func (st *Store) update(ctx context.Context, id string, u *update, cond string, rv types.ReturnValue) (written, old *action.Action, err error) {
-	w, o, failed, err := st.write(ctx, id, u, cond, rv)
+func (st *Store) update(ctx context.Context, id string, u expression.UpdateBuilder, cond expression.ConditionBuilder, rv types.ReturnValue) (written, old *action.Action, err error) {
+	w, o, failed, err := st.exprWrite(ctx, id, u, &cond, rv)
 	switch {
 	case err != nil:
 		return nil, nil, err
@@ -466,31 +485,25 @@ func (st *Store) update(ctx context.Context, id string, u *update, cond string, 
 	return written, nil, err
 }
 
-// write runs one conditional UpdateItem on the item with partition key pk.
-// When the condition fails, failed is true and old is the item the write saw
-// (nil if there was none): the same request tells why, no read follows.
-func (st *Store) write(ctx context.Context, pk string, u *update, cond string, rv types.ReturnValue) (written, old map[string]types.AttributeValue, failed bool, err error) {
-	written, old, failed, err = dynamoitem.Update(ctx, st.db, &dynamodb.UpdateItemInput{
-		TableName:                           &st.table,
-		Key:                                 key(pk),
-		UpdateExpression:                    aws.String(u.expression()),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            u.names,
-		ExpressionAttributeValues:           u.values,
-		ReturnValues:                        rv,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if err != nil {
-		return nil, nil, false, classifyErr(err)
-	}
-	return written, old, failed, nil
+// setWrite records which request performed an operation.
+func setWrite(u expression.UpdateBuilder, keyAttr, fpAttr, reqAttr string, w action.Write) expression.UpdateBuilder {
+	u = setIf(u, keyAttr, w.Key)
+	u = setIf(u, fpAttr, w.Fingerprint)
+	return setIf(u, reqAttr, w.RequestID)
 }
 
-// setWrite records which request performed an operation.
-func setWrite(u *update, keyAttr, fpAttr, reqAttr string, w action.Write) {
-	u.setIf(keyAttr, w.Key)
-	u.setIf(fpAttr, w.Fingerprint)
-	u.setIf(reqAttr, w.RequestID)
+// set adds SET attr = v to u.
+func set(u expression.UpdateBuilder, attr string, v types.AttributeValue) expression.UpdateBuilder {
+	return u.Set(expression.Name(attr), expression.Value(v))
+}
+
+// setIf adds the SET only when the string is not empty (an absent field is
+// not stored, so attribute_exists means "was given").
+func setIf(u expression.UpdateBuilder, attr, v string) expression.UpdateBuilder {
+	if v == "" {
+		return u
+	}
+	return set(u, attr, s(v))
 }
 
 func key(id string) map[string]types.AttributeValue {

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/backoff"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 )
 
@@ -106,10 +107,8 @@ func indexActive(ctx context.Context, db *dynamodb.Client, table, index string) 
 				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the index %s of %s: %w", index, table, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("wait for the index %s of %s: %w", index, table, err)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // indexes (a local data folder) gains them; a current table is left as it is.
 func TestCreateTableAddsIndexes(t *testing.T) {
 	ctx := context.Background()
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String("old"),
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("actionId"), AttributeType: types.ScalarAttributeTypeS}},

@@ -8,12 +8,11 @@ import (
 	"errors"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -170,21 +169,24 @@ func (st *Store) userRefs(ctx context.Context, tenantName, userID string, start,
 // queryUser is userRefs from the start key from (nil: the newest). A start
 // key DynamoDB refuses can only have come from a cursor: ErrBadCursor.
 func (st *Store) queryUser(ctx context.Context, tenantName, userID string, from map[string]types.AttributeValue, notAfter *position, limit int) ([]position, *position, error) {
+	kc := expression.Key(attrUserKey).Equal(expression.Value(s(userKey(tenantName, userID))))
+	if notAfter != nil {
+		kc = kc.And(expression.Key(attrCreatedAtMs).LessThanEqual(expression.Value(n(notAfter.CreatedAtMs))))
+	}
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, nil, err
+	}
 	in := &dynamodb.QueryInput{
 		TableName:                 &st.table,
 		IndexName:                 aws.String(UserIndex),
-		KeyConditionExpression:    aws.String("#u = :u"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUserKey},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(userKey(tenantName, userID))},
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 		ScanIndexForward:          aws.Bool(false),
 		Limit:                     aws.Int32(int32(limit)),
+		ExclusiveStartKey:         from,
 	}
-	if notAfter != nil {
-		in.KeyConditionExpression = aws.String("#u = :u AND #c <= :c")
-		in.ExpressionAttributeNames["#c"] = attrCreatedAtMs
-		in.ExpressionAttributeValues[":c"] = n(notAfter.CreatedAtMs)
-	}
-	in.ExclusiveStartKey = from
 	out, err := st.db.Query(ctx, in)
 	var apiErr smithy.APIError
 	switch {
@@ -246,17 +248,6 @@ func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Actio
 	return items, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // CancelAll is a request to cancel every open action of a user.
 type CancelAll struct {
 	Tenant, UserID string
@@ -298,20 +289,19 @@ func cancelAllRecord(tenantName, keyDigest string) string {
 // refused (idempotency_key_reused), even when the first one canceled
 // nothing. The record is kept for the store's retention.
 func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w action.Write, fingerprints []string, now time.Time) (replayed bool, err error) {
-	u := newUpdate()
-	u.set(attrCancelFP, s(w.Fingerprint))
-	u.set(attrCancelReq, s(w.RequestID))
-	u.set(attrTTL, n(now.Add(st.retention).Unix()))
-	u.value("nowS", n(now.Unix()))
-	same := make([]string, len(fingerprints))
-	for i, fp := range fingerprints {
-		same[i] = u.value("fp"+strconv.Itoa(i), s(fp))
+	u := set(expression.UpdateBuilder{}, attrCancelFP, s(w.Fingerprint))
+	u = set(u, attrCancelReq, s(w.RequestID))
+	u = set(u, attrTTL, n(now.Add(st.retention).Unix()))
+	cond := expression.AttributeNotExists(expression.Name(attrID)).
+		Or(expression.Name(attrTTL).LessThanEqual(expression.Value(n(now.Unix()))))
+	if len(fingerprints) > 0 {
+		same := make([]expression.OperandBuilder, len(fingerprints))
+		for i, fp := range fingerprints {
+			same[i] = expression.Value(s(fp))
+		}
+		cond = cond.Or(expression.Name(attrCancelFP).In(same[0], same[1:]...))
 	}
-	cond := "attribute_not_exists({" + attrID + "}) OR {" + attrTTL + "} <= :nowS"
-	if len(same) > 0 {
-		cond += " OR {" + attrCancelFP + "} IN (" + strings.Join(same, ", ") + ")"
-	}
-	old, _, failed, err := st.write(ctx, cancelAllRecord(tenantName, w.Key), u, u.cond(cond), types.ReturnValueAllOld)
+	old, _, failed, err := st.exprWrite(ctx, cancelAllRecord(tenantName, w.Key), u, &cond, types.ReturnValueAllOld)
 	switch {
 	case err != nil:
 		return false, err
@@ -477,11 +467,10 @@ func supersedePointer(a *action.Action) string {
 // newer one had already superseded it).
 func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID string, replayed bool, now time.Time) ([]string, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
-	u := newUpdate()
-	u.set("latestKey", s(pk))
-	u.set("latestMs", n(a.CreatedAt.UnixMilli()))
-	u.set(attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
-	u.value("k", s(pk))
+	latestKey, latestMs := expression.Name("latestKey"), expression.Name("latestMs")
+	u := set(expression.UpdateBuilder{}, "latestKey", s(pk))
+	u = set(u, "latestMs", n(a.CreatedAt.UnixMilli()))
+	u = set(u, attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
 	// The clocks of two instances may differ by up to MaxClockSkew, so
 	// creation times decide only beyond it. A first create takes the
 	// pointer unless its holder was created more than that after it: the
@@ -493,16 +482,17 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID stri
 	if replayed {
 		floor = a.CreatedAt.Add(-MaxClockSkew)
 	}
-	u.value("floor", n(floor.UnixMilli()))
 	if !replayed {
 		// The pointer remembers whom a replaced (the holder before this
 		// write; operands read the item as it was), so a re-sent create
 		// whose first attempt moved the pointer but failed to cancel that
 		// action can still cancel it: its own re-send leaves prevKey alone.
-		u.sets = append(u.sets, u.name("prevKey")+" = if_not_exists("+u.name("latestKey")+", :k)")
+		u = u.Set(expression.Name("prevKey"), expression.IfNotExists(latestKey, expression.Value(s(pk))))
 	}
-	cond := u.cond("attribute_not_exists({latestKey}) OR {latestKey} = :k OR {latestMs} < :floor")
-	prev, _, failed, err := st.write(ctx, supersedePointer(a), u, cond, types.ReturnValueAllOld)
+	cond := expression.Or(expression.AttributeNotExists(latestKey),
+		latestKey.Equal(expression.Value(s(pk))),
+		latestMs.LessThan(expression.Value(n(floor.UnixMilli()))))
+	prev, _, failed, err := st.exprWrite(ctx, supersedePointer(a), u, &cond, types.ReturnValueAllOld)
 	write := action.Write{RequestID: requestID}
 	cancel := func(id string) ([]string, error) {
 		return st.cancelEach(ctx, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: write, Now: now})

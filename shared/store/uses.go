@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/backoff"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -46,11 +47,12 @@ const (
 
 // setUses adds a multi-use action's settings to its create: its uses
 // live in gates, nothing more is on its item.
-func setUses(u *update, a *action.Action) {
-	u.set(attrMaxUses, n(int64(a.MaxUses)))
+func setUses(u expression.UpdateBuilder, a *action.Action) expression.UpdateBuilder {
+	u = set(u, attrMaxUses, n(int64(a.MaxUses)))
 	if a.Releasable {
-		u.set(attrReleasable, &types.AttributeValueMemberBOOL{Value: true})
+		u = set(u, attrReleasable, &types.AttributeValueMemberBOOL{Value: true})
 	}
+	return u
 }
 
 // decodeUses reads a multi-use action's settings (and the count a legacy
@@ -446,11 +448,17 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 // ttl passed: the table just has not removed it yet), if it is still the
 // one read.
 func (st *Store) replaceStaleGate(ctx context.Context, a *action.Action, i int, old *action.Gate) error {
-	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	e, err := expression.NewBuilder().WithCondition(
+		expression.Name(gAction).Equal(expression.Value(n(old.CreatedAt.UnixMilli()))).
+			And(expression.Name(attrTTL).Equal(expression.Value(n(old.TTL))))).Build()
+	if err != nil {
+		return err
+	}
+	_, err = st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: &st.table, Key: key(gateKey(tenant.ItemKey(a.Tenant, a.ID), i)),
-		ConditionExpression:       aws.String("#a = :a AND #ttl = :ttl"),
-		ExpressionAttributeNames:  map[string]string{"#a": gAction, "#ttl": attrTTL},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":a": n(old.CreatedAt.UnixMilli()), ":ttl": n(old.TTL)},
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
@@ -785,7 +793,7 @@ func (st *Store) releasedByOther(ctx context.Context, a *action.Action, ref, use
 			at = take.ReleasedAt
 			break
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}

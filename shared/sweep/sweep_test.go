@@ -17,7 +17,7 @@ import (
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/action"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/sweep"
 )
@@ -362,7 +362,7 @@ func TestOldTableItemsExpire(t *testing.T) {
 	env := testkit.NewEnv(t)
 	ctx := context.Background()
 	st := env.Sweeper.Store
-	db := dynamodb.NewFromConfig(config.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
 	expiresAt := action.Millis(time.Now().Add(time.Hour))
 	createMany(t, st, "old", 6, func(int) time.Time { return expiresAt })
 	// What the previous release's consume, cancel and sweep wrote.

@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/shared/config"
+	"github.com/exactonce/exactonce/shared/awsconfig"
 	"github.com/exactonce/exactonce/shared/telemetry"
 )
 
@@ -116,7 +116,7 @@ func TestMeterDynamoDB(t *testing.T) {
 		}
 	}))
 	defer fake.Close()
-	cfg := config.Local(fake.URL)
+	cfg := awsconfig.Local(fake.URL)
 	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(retry.NewStandard(), time.Millisecond) }
 	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, telemetry.MeterDynamoDB) })
 	key := map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "a"}}

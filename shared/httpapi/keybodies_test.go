@@ -1,4 +1,4 @@
-package idemkey
+package httpapi
 
 import (
 	"errors"
@@ -9,23 +9,23 @@ import (
 	"github.com/exactonce/exactonce/shared/action"
 )
 
-func TestValidate(t *testing.T) {
+func TestKeyBodiesAreValidated(t *testing.T) {
 	five, zero := 5, 0
 	for _, c := range []struct {
 		name  string
 		err   error
 		field string
 	}{
-		{"key ok", ValidateName("order-1:pay~2"), ""},
-		{"key slash", ValidateName("a/b"), "key"},
-		{"key empty", ValidateName(""), "key"},
-		{"claim ok", second(ValidateClaim(&ClaimRequest{Fingerprint: "f", LeaseSeconds: &five})), ""},
-		{"claim lease 0", second(ValidateClaim(&ClaimRequest{Fingerprint: "f", LeaseSeconds: &zero})), "leaseSeconds"},
-		{"claim no fingerprint", second(ValidateClaim(&ClaimRequest{})), "fingerprint"},
-		{"complete no token", ValidateComplete(&CompleteRequest{Response: []byte("1")}), "token"},
-		{"complete no response", ValidateComplete(&CompleteRequest{Token: idempotency.NewToken()}), "response"},
-		{"release ok", ValidateRelease(&ReleaseRequest{Token: idempotency.NewToken(), Error: "declined"}), ""},
-		{"release bad token", ValidateRelease(&ReleaseRequest{Token: "zz"}), "token"},
+		{"key ok", validateKeyName("order-1:pay~2"), ""},
+		{"key slash", validateKeyName("a/b"), "key"},
+		{"key empty", validateKeyName(""), "key"},
+		{"claim ok", second(validateKeyClaim(&keyClaimRequest{Fingerprint: "f", LeaseSeconds: &five})), ""},
+		{"claim lease 0", second(validateKeyClaim(&keyClaimRequest{Fingerprint: "f", LeaseSeconds: &zero})), "leaseSeconds"},
+		{"claim no fingerprint", second(validateKeyClaim(&keyClaimRequest{})), "fingerprint"},
+		{"complete no token", validateKeyComplete(&keyCompleteRequest{Response: []byte("1")}), "token"},
+		{"complete no response", validateKeyComplete(&keyCompleteRequest{Token: idempotency.NewToken()}), "response"},
+		{"release ok", validateKeyRelease(&keyReleaseRequest{Token: idempotency.NewToken(), Error: "declined"}), ""},
+		{"release bad token", validateKeyRelease(&keyReleaseRequest{Token: "zz"}), "token"},
 	} {
 		var inv *action.InvalidError
 		switch {
@@ -35,7 +35,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: %v, want an error on %s", c.name, c.err, c.field)
 		}
 	}
-	if d, _ := ValidateClaim(&ClaimRequest{Fingerprint: "f"}); d != idempotency.DefaultLease {
+	if d, _ := validateKeyClaim(&keyClaimRequest{Fingerprint: "f"}); d != idempotency.DefaultLease {
 		t.Errorf("default lease %v", d)
 	}
 }
@@ -48,7 +48,7 @@ func second[T any](_ T, err error) error { return err }
 func TestFitErrorIsAValidReleaseError(t *testing.T) {
 	wide := strings.Repeat("𝄞", idempotency.MaxErrorLen)
 	for _, in := range []string{"card declined", "a\nb\tc\x00", "a\xff\xfeb", wide, wide + "x", strings.Repeat("e", 100<<10)} {
-		if err := ValidateRelease(&ReleaseRequest{Token: idempotency.NewToken(), Error: idempotency.FitError(in)}); err != nil {
+		if err := validateKeyRelease(&keyReleaseRequest{Token: idempotency.NewToken(), Error: idempotency.FitError(in)}); err != nil {
 			t.Errorf("%.30q: the API refuses the fitted text: %v", in, err)
 		}
 	}
@@ -61,10 +61,10 @@ func TestKeyNamesAreValidNames(t *testing.T) {
 	for _, name := range []string{"order-1:pay~2", "a.b_c", strings.Repeat("k", 255), strings.Repeat("k", 256),
 		"", ".", "..", "a/b", "a b", "ä", "a%2F", "x\n"} {
 		kept := idempotency.KeyName("", name) == name
-		if valid := ValidateName(name) == nil; kept != valid {
+		if valid := validateKeyName(name) == nil; kept != valid {
 			t.Errorf("%.20q: kept as its name %v, a valid /keys name %v", name, kept, valid)
 		}
-		if err := ValidateName(idempotency.KeyName("", name)); err != nil {
+		if err := validateKeyName(idempotency.KeyName("", name)); err != nil {
 			t.Errorf("%.20q: KeyName gives %q, which the /keys routes refuse: %v", name, idempotency.KeyName("", name), err)
 		}
 	}

@@ -1,8 +1,9 @@
-// Package idemkey is the request bodies of the hosted keys API (the /keys
-// routes) and their validation. The key lifecycle these requests drive (the
-// record, its states, the classification of a refused write) is the
-// idempotency library's; like it, this package imports no AWS package.
-package idemkey
+package httpapi
+
+// The request bodies of the hosted keys API (the /keys routes) and their
+// validation. The key lifecycle these requests drive (the record, its
+// states, the classification of a refused write) is the idempotency
+// library's.
 
 import (
 	"encoding/hex"
@@ -14,33 +15,33 @@ import (
 	"github.com/exactonce/exactonce/shared/action"
 )
 
-// ClaimRequest is the body of POST /keys/{key}/claim.
-type ClaimRequest struct {
+// keyClaimRequest is the body of POST /keys/{key}/claim.
+type keyClaimRequest struct {
 	Fingerprint  string `json:"fingerprint"`
 	LeaseSeconds *int   `json:"leaseSeconds,omitempty"`
 }
 
-// CompleteRequest is the body of POST /keys/{key}/complete.
-type CompleteRequest struct {
+// keyCompleteRequest is the body of POST /keys/{key}/complete.
+type keyCompleteRequest struct {
 	Token    string         `json:"token"`
 	Response jsontext.Value `json:"response"`
 }
 
-// ReleaseRequest is the body of POST /keys/{key}/release.
-type ReleaseRequest struct {
+// keyReleaseRequest is the body of POST /keys/{key}/release.
+type keyReleaseRequest struct {
 	Token string `json:"token"`
 	Error string `json:"error,omitempty"`
 }
 
-// ValidateName checks a key name (a path segment): 1 to 255 characters of
+// validateKeyName checks a key name (a path segment): 1 to 255 characters of
 // [A-Za-z0-9._:~-]. Callers with other keys send a hash of them.
-func ValidateName(name string) error {
+func validateKeyName(name string) error {
 	return action.ValidatePathSegment("key", name, idempotency.MaxNameLen, "~")
 }
 
-// ValidateClaim checks a claim and returns its lease (idempotency.DefaultLease
+// validateKeyClaim checks a claim and returns its lease (idempotency.DefaultLease
 // when the request names none).
-func ValidateClaim(r *ClaimRequest) (time.Duration, error) {
+func validateKeyClaim(r *keyClaimRequest) (time.Duration, error) {
 	if r.Fingerprint == "" {
 		return 0, &action.InvalidError{Field: "fingerprint", Message: "is required"}
 	}
@@ -56,9 +57,9 @@ func ValidateClaim(r *ClaimRequest) (time.Duration, error) {
 	return time.Duration(*r.LeaseSeconds) * time.Second, nil
 }
 
-// ValidateComplete checks a complete request.
-func ValidateComplete(r *CompleteRequest) error {
-	if err := validateToken(r.Token); err != nil {
+// validateKeyComplete checks a complete request.
+func validateKeyComplete(r *keyCompleteRequest) error {
+	if err := validateKeyToken(r.Token); err != nil {
 		return err
 	}
 	if len(r.Response) == 0 {
@@ -67,15 +68,15 @@ func ValidateComplete(r *CompleteRequest) error {
 	return action.ValidateJSON("response", r.Response, idempotency.MaxHostedResponseBytes)
 }
 
-// ValidateRelease checks a release request.
-func ValidateRelease(r *ReleaseRequest) error {
-	if err := validateToken(r.Token); err != nil {
+// validateKeyRelease checks a release request.
+func validateKeyRelease(r *keyReleaseRequest) error {
+	if err := validateKeyToken(r.Token); err != nil {
 		return err
 	}
 	return action.ValidateText("error", r.Error, idempotency.MaxErrorLen)
 }
 
-func validateToken(t string) error {
+func validateKeyToken(t string) error {
 	if t == "" {
 		return &action.InvalidError{Field: "token", Message: "is required"}
 	}
