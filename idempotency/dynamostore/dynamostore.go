@@ -28,6 +28,12 @@ import (
 	"github.com/exactonce/exactonce/idempotency"
 )
 
+// ErrPartitionKeyName refuses a write on a table whose partition key name
+// holds "[" or "]": the SDK's expression builder, which writes every
+// condition here, reads them as a list index, so the condition "the key
+// exists" could not be stated. Any other name works, dots included.
+var ErrPartitionKeyName = errors.New(`dynamostore: a partition key name with "[" or "]" cannot be named in a condition; use another name`)
+
 // Defaults and attribute names a table must agree with.
 const (
 	DefaultPartitionKey = "id"
@@ -106,7 +112,8 @@ type Table struct {
 	DB   API
 	Name string
 	// PartitionKey is the table's partition key attribute (type S); "" is
-	// DefaultPartitionKey.
+	// DefaultPartitionKey. A name holding "[" or "]" is refused
+	// (ErrPartitionKeyName).
 	PartitionKey string
 	// Prefix starts every key item's partition key value, so keys can share
 	// a table with other items.
@@ -317,6 +324,9 @@ func (t *Table) classify(err error, op string, explain func(*idempotency.Record)
 // fails, failed is true and old is that item (nil if there was none): the
 // same request tells why, no read follows.
 func (t *Table) write(ctx context.Context, name string, u expression.UpdateBuilder, cond expression.ConditionBuilder) (written, old map[string]types.AttributeValue, failed bool, err error) {
+	if strings.ContainsAny(t.partitionKey(), "[]") {
+		return nil, nil, false, ErrPartitionKeyName
+	}
 	e, err := expression.NewBuilder().WithUpdate(u).WithCondition(cond).Build()
 	if err != nil {
 		return nil, nil, false, err
@@ -346,7 +356,7 @@ func (t *Table) key(name string) map[string]types.AttributeValue {
 }
 
 // pk is the partition key attribute, as the expression builder names it.
-func (t *Table) pk() expression.NameBuilder { return expression.Name(t.partitionKey()) }
+func (t *Table) pk() expression.NameBuilder { return expression.NameNoDotSplit(t.partitionKey()) }
 
 func (t *Table) partitionKey() string {
 	if t.PartitionKey == "" {

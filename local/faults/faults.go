@@ -37,6 +37,9 @@ type Counts struct {
 	// HotItem counts the writes refused because their item was over the
 	// LimitItemWrites rate.
 	HotItem int64
+	// Unprocessed counts the BatchGetItems answered with every key
+	// unprocessed (LeaveUnprocessed).
+	Unprocessed int64
 }
 
 // Proxy forwards to Target, injecting faults into requests whose
@@ -49,7 +52,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	counts struct {
-		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot, trimmed atomic.Int64
+		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot, trimmed, unprocessed atomic.Int64
 	}
 	hotMu    sync.Mutex
 	hotRate  float64
@@ -60,6 +63,7 @@ type Proxy struct {
 	// trimNext and trimmedIterators: TrimNextIterator (trim.go).
 	trimNext         bool
 	trimmedIterators map[string]bool
+	unprocessed      int // LeaveUnprocessed (unprocessed.go)
 	client           *http.Client
 	srv              *http.Server
 	// URL is the proxy's endpoint.
@@ -91,7 +95,8 @@ func (p *Proxy) Close() { _ = p.srv.Close() }
 func (p *Proxy) Counts() Counts {
 	return Counts{Requests: p.counts.requests.Load(), Throttled: p.counts.throttled.Load(),
 		ServerErrors: p.counts.serverErrors.Load(), Dropped: p.counts.dropped.Load(), Unavailable: p.counts.unavailable.Load(),
-		Conflicts: p.counts.conflicts.Load(), HotItem: p.counts.hot.Load(), Trimmed: p.counts.trimmed.Load()}
+		Conflicts: p.counts.conflicts.Load(), HotItem: p.counts.hot.Load(), Trimmed: p.counts.trimmed.Load(),
+		Unprocessed: p.counts.unprocessed.Load()}
 }
 
 // Down makes the target unavailable (true) or available again (false): while
@@ -166,7 +171,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hotItemError(w)
 		return
 	}
-	if p.trimmed(w, r, body) {
+	if p.trimmed(w, r, body) || p.leftUnprocessed(w, r, body) {
 		return
 	}
 	f := p.pick(r)

@@ -124,8 +124,9 @@ const batchGetMax = 100
 // those need no write. It reads with BatchGetItem, eventually consistent
 // (half a read unit per item of up to 4 KB): a stale answer can only show
 // an older state, and a finished action never reopens, so an action is
-// never wrongly skipped; one shown open or missing is simply not in the
-// result, and Expire's condition decides.
+// never wrongly skipped; one shown open, missing or still left unprocessed
+// after the store's retries is simply not in the result, and Expire's
+// condition decides.
 func (st *Store) Finished(ctx context.Context, due []DueAction) (map[string]bool, error) {
 	want := make(map[string]int64, len(due))
 	ids := make([]string, len(due))
@@ -133,7 +134,7 @@ func (st *Store) Finished(ctx context.Context, due []DueAction) (map[string]bool
 		want[d.ID], ids[i] = d.ExpiresAt.UnixMilli(), d.ID
 	}
 	items, err := st.read(ctx, ids, []string{attrExpiresAtMs, attrConsumedAt, attrCanceledAt, attrExpiredAt}, false)
-	if err != nil {
+	if err != nil && !errors.Is(err, errUnprocessed) {
 		return nil, err
 	}
 	done := map[string]bool{}

@@ -329,14 +329,11 @@ func (st *Store) read(ctx context.Context, keys []string, proj []string, consist
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
 	out := make([]map[string]types.AttributeValue, len(keys))
 	for i, k := range keys {
 		out[i] = byKey[k]
 	}
-	return out, nil
+	return out, firstErr // with an error, what was read (errUnprocessed: all but those keys)
 }
 
 // batchRead is one chunk of readItems, retrying the keys DynamoDB leaves

@@ -166,8 +166,8 @@ func (st *Store) migrate(ctx context.Context, item map[string]types.AttributeVal
 	// The legacy attributes go in chunks (an expression is at most 4 KB),
 	// usesHeld last: until it is gone the item is legacy, and a migration
 	// that stopped half way runs again (each of its writes finds its work
-	// done). Their names may hold dots (a useId "x.y"), which the
-	// expression builder reads as paths: placeholders by hand.
+	// done). Their names may hold dots (a useId "x.y"): the expression
+	// builder is told not to read them as paths (useIds hold no brackets).
 	var names []string
 	for name := range item {
 		for _, p := range []string{legacyUse, legacyUseN, legacyUseKey, legacyRelKey, legacyRelAt} {
