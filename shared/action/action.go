@@ -155,3 +155,9 @@ func (a *Action) Finished() bool {
 // Millis truncates t to the millisecond precision every stored time has, so
 // what is written and what is read back compare equal.
 func Millis(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// MaxClockSkew bounds how far the clocks of two API instances may differ.
+// Supersede trusts creation times only beyond it: among superseding creates
+// less than MaxClockSkew apart the store's pointer item's write order
+// decides.
+const MaxClockSkew = time.Second

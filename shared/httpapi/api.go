@@ -18,6 +18,7 @@ import (
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/secretkeys"
+	"github.com/exactonce/exactonce/shared/service"
 	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/telemetry"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -115,7 +116,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			// After the write, and on every retry of it: the user's earlier open
 			// actions of this kind are canceled (idempotent; a dependency fault
 			// is a 503 the caller retries with its key).
-			if _, err := a.store.Supersede(ctx, created, c.requestID, replay != nil, a.Now()); err != nil {
+			if _, err := service.Supersede(ctx, a.store, created, c.requestID, replay != nil, a.Now()); err != nil {
 				return fail(err)
 			}
 		}

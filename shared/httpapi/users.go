@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/service"
 	"github.com/exactonce/exactonce/shared/store"
 )
 
@@ -138,7 +139,7 @@ func (a *API) CancelUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			// of one of them is another call, and the reverse.
 			bareKey, w.Key = w.Key, c.keys.KeyDigest(cancelAllKeyScope+r.rawKey)
 		}
-		ids, err := a.store.CancelUser(ctx, store.CancelAll{Tenant: c.tenant, UserID: userID, Kind: kind, Reason: req.Reason,
+		ids, err := service.CancelUser(ctx, a.store, service.CancelAll{Tenant: c.tenant, UserID: userID, Kind: kind, Reason: req.Reason,
 			Write: w, BareKey: bareKey, Fingerprints: fps, Now: a.Now(), Clock: a.Now})
 		if err != nil {
 			return fail(err)

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -248,32 +246,6 @@ func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Actio
 	return items, nil
 }
 
-// CancelAll is a request to cancel every open action of a user.
-type CancelAll struct {
-	Tenant, UserID string
-	Kind           string // "" for every kind, unless ExactKind
-	ExactKind      bool   // Kind "" means the actions without a kind
-
-	Reason string
-	// Write is the call's: its key is the cancel-all's own, scoped to the
-	// operation, so a cancel of one action with the same key is another
-	// call (and the reverse).
-	Write action.Write
-	// BareKey is the key's unscoped digest, as cancel-alls stored it on
-	// the actions they canceled before keys were scoped: a retry of such a
-	// call still recognises them (its fingerprint names the route, so no
-	// cancel of one action matches).
-	BareKey      string
-	Fingerprints []string
-	Now          time.Time // the request's time: which actions are still open
-	// Clock is read for each cancel's own time (canceledAt), which comes
-	// after the reads however long they took; nil: Now.
-	Clock func() time.Time
-	// Except, when set, spares this action and everything created after it
-	// (a superseding create cancels only what came before it).
-	Except *action.Action
-}
-
 // cancelAllRecord is the item that records a keyed cancel-all: in the
 // key-item space (no event; no /keys route can name it, key names hold no
 // '#'), by tenant and the key's digest, so a key is one cancel-all call in
@@ -312,26 +284,27 @@ func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w actio
 	return old != nil && d.Num(attrTTL) > now.Unix(), nil
 }
 
-// cancelParallel is how many cancels of one call are in flight at once.
-const cancelParallel = 8
+// supersedePointer is the item that names the latest superseding action of
+// a user and kind. It sits in the key-item space (KeyPrefix: no publisher
+// event, no /keys route can name it, since key names hold no '#'); kind
+// and tenant hold no '#', so the userId may hold anything.
+func supersedePointer(a *action.Action) string {
+	return KeyPrefix + "sup#" + a.Kind + "#" + a.Tenant + "#" + a.UserID
+}
 
-// CancelUser cancels every open action of a user (of one kind), each with
-// its own conditional write, so a consume racing it either won (the action
-// stays consumed) or lost (it is canceled), never both. It returns the ids
-// this call canceled, including those a retry of the same keyed call finds
-// canceled by itself. Costs: a Query per 100 actions of the user, a
-// BatchGetItem per 100, and one UpdateItem per open action.
-func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) {
-	var notAfter *position
-	if c.Except != nil {
-		notAfter = &position{CreatedAtMs: c.Except.CreatedAt.UnixMilli()}
+// UserActions reads every action of a user (nil entries for items gone
+// since the index listed them), newest first; notAfter, when set, leaves
+// out those created after it. Costs: a Query per 100 actions of the user
+// (the index is eventually consistent) and a BatchGetItem per 100.
+func (st *Store) UserActions(ctx context.Context, tenantName, userID string, notAfter time.Time) ([]*action.Action, error) {
+	var bound *position
+	if !notAfter.IsZero() {
+		bound = &position{CreatedAtMs: notAfter.UnixMilli()}
 	}
-	// Read everything first: a keyed call is judged against what its key
-	// already did before anything is written.
 	var all []*action.Action
 	var start *position
 	for {
-		refs, next, err := st.userRefs(ctx, c.Tenant, c.UserID, start, notAfter, MaxListLimit)
+		refs, next, err := st.userRefs(ctx, tenantName, userID, start, bound, MaxListLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -341,146 +314,35 @@ func (st *Store) CancelUser(ctx context.Context, c CancelAll) ([]string, error) 
 		}
 		all = append(all, items...)
 		if next == nil {
-			break
+			return all, nil
 		}
 		start = next
 	}
-	var canceled []string
-	var todo []*action.Action
-	at := action.Attempt{Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID}
-	for _, a := range all {
-		if a == nil {
-			continue
-		}
-		if !a.CanceledAt.IsZero() && c.Write.Key != "" && a.Cancel.Key == c.Write.Key {
-			// Canceled under this call's key: by this call (a retry: answer
-			// it again), or by another body under the same key (422).
-			why := action.ClassifyCancel(a, at)
-			if _, ok := why.(*action.Replay); !ok {
-				return nil, why
-			}
-			canceled = append(canceled, a.ID)
-			continue
-		}
-		if !a.CanceledAt.IsZero() && action.IsReplayOf(a.Cancel, c.BareKey, c.Fingerprints) {
-			canceled = append(canceled, a.ID) // by this call, before keys were scoped
-			continue
-		}
-		if (c.Kind != "" || c.ExactKind) && a.Kind != c.Kind || c.Except != nil && !supersededBy(a, c.Except) {
-			continue
-		}
-		if !a.Finished() && c.Now.Before(a.ExpiresAt) {
-			todo = append(todo, a)
-		}
-	}
-	ids, err := st.cancelEach(ctx, todo, c)
-	canceled = append(canceled, ids...)
-	slices.Sort(canceled) // the same answer however a retry found them
-	return canceled, err
 }
 
-// MaxClockSkew bounds how far the clocks of two API instances may differ.
-// Supersede trusts creation times only beyond it: among superseding creates
-// less than MaxClockSkew apart the pointer item's write order decides.
-const MaxClockSkew = time.Second
-
-// supersededBy reports whether the superseding create b cancels a by time:
-// a plain action created before it, or a superseding one created more than
-// MaxClockSkew before it (closer ones are ordered by the pointer, which
-// cancels each action it moves away from).
-func supersededBy(a, b *action.Action) bool {
-	if a.Supersedes {
-		return a.CreatedAt.Before(b.CreatedAt.Add(-MaxClockSkew))
-	}
-	return before(a, b)
-}
-
-// before reports whether a was created before b (ties broken by id).
-func before(a, b *action.Action) bool {
-	if !a.CreatedAt.Equal(b.CreatedAt) {
-		return a.CreatedAt.Before(b.CreatedAt)
-	}
-	return a.ID < b.ID
-}
-
-// cancelEach cancels the actions, cancelParallel at a time; it returns the
-// ids it canceled and the first dependency error.
-func (st *Store) cancelEach(ctx context.Context, todo []*action.Action, c CancelAll) ([]string, error) {
-	var mu sync.Mutex
-	var ids []string
-	var firstErr error
-	sem := make(chan struct{}, cancelParallel)
-	var wg sync.WaitGroup
-	for _, a := range todo {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			now := c.Now
-			if c.Clock != nil {
-				now = c.Clock()
-			}
-			_, err := st.Cancel(ctx, a.ID, Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: now})
-			var replay *action.Replay
-			var rej *action.Rejection
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ids = append(ids, a.ID)
-			case errors.As(err, &replay):
-				if action.IsReplayOf(replay.Action.Cancel, c.Write.Key, c.Fingerprints) {
-					ids = append(ids, a.ID)
-				}
-			case errors.As(err, &rej): // consumed or expired meanwhile: it won
-			case firstErr == nil:
-				firstErr = err
-			}
-		})
-	}
-	wg.Wait()
-	slices.Sort(ids)
-	return ids, firstErr
-}
-
-// supersedePointer is the item that names the latest superseding action of
-// a user and kind. It sits in the key-item space (KeyPrefix: no publisher
-// event, no /keys route can name it, since key names hold no '#'); kind
-// and tenant hold no '#', so the userId may hold anything.
-func supersedePointer(a *action.Action) string {
-	return KeyPrefix + "sup#" + a.Kind + "#" + a.Tenant + "#" + a.UserID
-}
-
-// Supersede makes a (just created, or its create replayed) the user's one
-// open action of its kind: every open action of that user and kind created
-// before a is canceled with reason "superseded", each by its own
-// conditional write, so a consume that already won keeps its win.
+// MoveSupersedePointer makes a the latest superseding action of its user
+// and kind with ONE conditional write on the pointer item, unless a later
+// one holds it: then superseded is true (a must be canceled). Otherwise
+// replaced is the id of the action the pointer named before (to cancel;
+// "" for none), also when a's create is re-sent (replayed) after its first
+// attempt moved the pointer.
 //
-// The user index is eventually consistent, so two superseding creates a
-// moment apart might not see each other there, and the clocks of two
-// instances may disagree (by up to MaxClockSkew). A pointer item settles
-// it: one conditional write moves it to the newer of the two (the later
-// pointer write, unless creation times differ by more than MaxClockSkew;
-// see the condition below) and returns the action it named before, which
-// is canceled; a create whose write fails cancels itself. So at most one
-// of concurrent superseding creates stays open. replayed says a's create
-// was re-sent. It returns the ids it canceled (a itself among them when a
-// newer one had already superseded it).
-func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID string, replayed bool, now time.Time) ([]string, error) {
+// The clocks of two instances may differ by up to action.MaxClockSkew, so
+// creation times decide only beyond it. A first create takes the pointer
+// unless its holder was created more than that after it: the order of
+// pointer writes is the real order of the two calls, as far as one had
+// ended before the other began. A re-sent create takes it back only from a
+// holder created more than that before it: a holder closer in time may be
+// a newer create that superseded it.
+func (st *Store) MoveSupersedePointer(ctx context.Context, a *action.Action, replayed bool) (replaced string, superseded bool, err error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	latestKey, latestMs := expression.Name("latestKey"), expression.Name("latestMs")
 	u := set(expression.UpdateBuilder{}, "latestKey", s(pk))
 	u = set(u, "latestMs", n(a.CreatedAt.UnixMilli()))
 	u = set(u, attrTTL, n(a.ExpiresAt.Add(st.retention).Unix()))
-	// The clocks of two instances may differ by up to MaxClockSkew, so
-	// creation times decide only beyond it. A first create takes the
-	// pointer unless its holder was created more than that after it: the
-	// order of pointer writes is the real order of the two calls, as far as
-	// one had ended before the other began. A re-sent create takes it back
-	// only from a holder created more than that before it: a holder closer
-	// in time may be a newer create that superseded it.
-	floor := a.CreatedAt.Add(MaxClockSkew)
+	floor := a.CreatedAt.Add(action.MaxClockSkew)
 	if replayed {
-		floor = a.CreatedAt.Add(-MaxClockSkew)
+		floor = a.CreatedAt.Add(-action.MaxClockSkew)
 	}
 	if !replayed {
 		// The pointer remembers whom a replaced (the holder before this
@@ -493,39 +355,18 @@ func (st *Store) Supersede(ctx context.Context, a *action.Action, requestID stri
 		latestKey.Equal(expression.Value(s(pk))),
 		latestMs.LessThan(expression.Value(n(floor.UnixMilli()))))
 	prev, _, failed, err := st.exprWrite(ctx, supersedePointer(a), u, &cond, types.ReturnValueAllOld)
-	write := action.Write{RequestID: requestID}
-	cancel := func(id string) ([]string, error) {
-		return st.cancelEach(ctx, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: write, Now: now})
+	if err != nil || failed {
+		return "", failed, err
 	}
-	switch {
-	case err != nil:
-		return nil, err
-	case failed: // a later superseding create holds the pointer: a is superseded
-		return cancel(a.ID)
-	}
-	var canceled []string
-	replaced, _ := prev["latestKey"].(*types.AttributeValueMemberS)
-	if replaced != nil && replaced.Value == pk {
+	held, _ := prev["latestKey"].(*types.AttributeValueMemberS)
+	if held != nil && held.Value == pk {
 		// a's own earlier write moved the pointer (a re-send): the action
 		// it replaced then is canceled now, if that cancel was cut short.
-		replaced, _ = prev["prevKey"].(*types.AttributeValueMemberS)
+		held, _ = prev["prevKey"].(*types.AttributeValueMemberS)
 	}
-	if replaced != nil && replaced.Value != pk {
-		_, id := tenant.SplitItemKey(replaced.Value)
-		if canceled, err = cancel(id); err != nil {
-			return canceled, err
-		}
+	if held == nil || held.Value == pk {
+		return "", false, nil
 	}
-	more, err := st.CancelUser(ctx, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, ExactKind: true, Reason: ReasonSuperseded,
-		Write: write, Now: now, Except: a})
-	for _, id := range more {
-		if !slices.Contains(canceled, id) {
-			canceled = append(canceled, id)
-		}
-	}
-	slices.Sort(canceled)
-	return canceled, err
+	_, id := tenant.SplitItemKey(held.Value)
+	return id, false, nil
 }
-
-// ReasonSuperseded is the cancelReason of an action a newer one superseded.
-const ReasonSuperseded = "superseded"
