@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -36,6 +37,10 @@ import (
 var endpoint string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() && os.Getenv("EXACTONCE_TEST_DYNAMODB_ENDPOINT") == "" {
+		os.Exit(m.Run()) // make unit: no Java; the tests that need DynamoDB Local skip (needDynamoDB)
+	}
 	e, stop, err := startDynamoDBLocal()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idempotency tests:", err)
@@ -108,6 +113,7 @@ func localDynamoDB() *dynamodb.Client { return dynamodb.NewFromConfig(localConfi
 // stands between the SDK and DynamoDB Local (a fault injector).
 func newTable(t testing.TB, wrap ...func(aws.HTTPClient) aws.HTTPClient) (*dynamostore.Table, *counter) {
 	t.Helper()
+	needDynamoDB(t)
 	var client aws.HTTPClient = httpClient()
 	for _, w := range wrap {
 		client = w(client)
@@ -193,4 +199,13 @@ func (f *faults) Do(r *http.Request) (*http.Response, error) {
 	resp.Body.Close()
 	f.dropped.Add(1)
 	return nil, errors.New("read tcp: connection reset by peer (injected: DynamoDB applied the write, its answer is lost)")
+}
+
+// needDynamoDB skips a test that needs DynamoDB Local when -short left it
+// unstarted (make unit runs without Java).
+func needDynamoDB(t testing.TB) {
+	t.Helper()
+	if endpoint == "" {
+		t.Skip("-short: needs DynamoDB Local (Java)")
+	}
 }

@@ -89,6 +89,7 @@ func TestLongFingerprintRefusedBeforeEffect(t *testing.T) {
 // Longer fields are refused by the claim (no write), or fitted by the
 // release and hold.
 func TestLargestKeyItemFits(t *testing.T) {
+	needDynamoDB(t)
 	ctx := context.Background()
 	pk := strings.Repeat("p", 255)
 	name := "idem-largest"

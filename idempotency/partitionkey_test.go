@@ -16,6 +16,7 @@ import (
 // expression that read the name as a path would find no such attribute, and
 // let the second claim take a held key.)
 func TestAnyPartitionKeyNameHoldsTheKey(t *testing.T) {
+	needDynamoDB(t)
 	ctx := context.Background()
 	for _, pk := range []string{"my.pk", "a.b.c"} {
 		t.Run(pk, func(t *testing.T) {
@@ -50,6 +51,7 @@ func TestAnyPartitionKeyNameHoldsTheKey(t *testing.T) {
 // would read as a list index ("pk[0]") is refused before any write, never
 // written under a condition that cannot hold the key.
 func TestBracketedPartitionKeyNameIsRefused(t *testing.T) {
+	needDynamoDB(t)
 	ctx := context.Background()
 	name := "idem-pk-brackets"
 	if err := dynamostore.CreateTable(ctx, localDynamoDB(), name, "pk[0]"); err != nil {

@@ -2,6 +2,7 @@ package once_test
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,10 @@ import (
 var endpoint string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() && os.Getenv("EXACTONCE_TEST_DYNAMODB_ENDPOINT") == "" {
+		os.Exit(m.Run()) // make unit: no Java; the tests that need DynamoDB Local skip (needDynamoDB)
+	}
 	e, stop, err := startDynamoDBLocal()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "events/once tests:", err)
@@ -114,4 +119,13 @@ func (c *counter) Take() map[string]int {
 	out := c.ops
 	c.ops = map[string]int{}
 	return out
+}
+
+// needDynamoDB skips a test that needs DynamoDB Local when -short left it
+// unstarted (make unit runs without Java).
+func needDynamoDB(t testing.TB) {
+	t.Helper()
+	if endpoint == "" {
+		t.Skip("-short: needs DynamoDB Local (Java)")
+	}
 }

@@ -21,6 +21,7 @@ import (
 // request counter on the real SDK client.
 func newGuard(t *testing.T) (*once.Guard, *counter, *dynamodb.Client) {
 	t.Helper()
+	needDynamoDB(t)
 	requests := &counter{next: httpClient(), ops: map[string]int{}}
 	db := dynamodb.NewFromConfig(localConfig(requests))
 	table := "once-" + strings.ReplaceAll(t.Name(), "/", "-")
