@@ -143,7 +143,8 @@ func libraryRequests(t *testing.T) []libraryRow {
 	rows = append(rows, measure("in progress",
 		func() { ours(ctx, in{"h", "p", ""}) }, func() { pt.do(ctx, "h", "p", false) }))
 	close(release)
-	<-held // its completion is counted in no row
+	// The held call's completion is counted in no row.
+	<-held
 	ours(ctx, in{"s", "p", "stuck"}) // holds "s" until its lease lapses
 	pt.claim(ctx, "s", "p")
 	clock.Add(2 * time.Minute.Milliseconds())

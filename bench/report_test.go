@@ -183,10 +183,11 @@ func TestReport(t *testing.T) {
 	r.Cost = cost(r)
 	r.Library = libraryRequests(t)
 	if n >= 1000 { // make bench: up to 100,000 uses held, and the hot action under a fixed limit
-		r.Uses = usesCost(t, 1, 1000, 100_000)
-		r.Uses.Hot = hot(t, 3000, 128, 100)
+		own := ownDynamoDB(t)
+		r.Uses = usesCost(t, own, 1, 1000, 100_000)
+		r.Uses.Hot = hot(t, own, 3000, 128, 100)
 	} else { // make test: TestUsesCost holds the hot action to a limit this machine can show
-		r.Uses = usesCost(t, 1, 200)
+		r.Uses = usesCost(t, testkit.Endpoint, 1, 200)
 	}
 	if ours := r.Cost[0]; ours.IndexWrites != 0 || ours.Writes != 1 || perMillion(ours.Writes+ours.IndexWrites, ours.Reads, limitLambdaMs) > 2.90 {
 		t.Errorf("a consume costs %+v: the limit is one table write, no index write, $2.90 per million (with a %d ms Lambda: $%.2f)",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/dynamodblocal"
 	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/awsconfig"
@@ -103,38 +105,51 @@ func usesLimit(route, outcome string) (int, bool) {
 // hotWithin bounds one hot race.
 const hotWithin = 10 * time.Minute
 
-// ownTable creates a table for one step of the bench and drops it when the
-// test ends: DynamoDB Local keeps every table in memory, and a step that
-// leaves 100,000 uses behind (make bench) starves the steps after it.
-func ownTable(t *testing.T, name string) string {
+// ownTable creates a table for one step of the bench on endpoint and
+// returns it with the function that drops it, which the step calls when it
+// ends: DynamoDB Local keeps every table in memory, and a step that leaves
+// 100,000 uses behind (make bench) slows every step after it.
+func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 	t.Helper()
-	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.Endpoint))
+	db := dynamodb.NewFromConfig(awsconfig.Local(endpoint))
 	if err := store.CreateTable(context.Background(), db, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	return name, func() {
 		if _, err := db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}); err != nil {
 			t.Logf("dropping %s: %v", name, err)
 		}
-	})
-	return name
+	}
 }
 
-// usesStore is a store on a table of its own whose requests are metered.
-func usesStore(t *testing.T) (*store.Store, *testkit.Capacity) {
-	cfg := awsconfig.Local(testkit.Endpoint)
-	capacity := testkit.NewCapacity()
-	capacity.Attach(&cfg)
-	table := ownTable(t, "uses-"+strings.ReplaceAll(t.Name(), "/", "-"))
-	return store.New(dynamodb.NewFromConfig(cfg), table, store.Options{}), capacity
+// ownDynamoDB starts a DynamoDB Local for the multi-use steps of make bench
+// alone (stopped when the test ends): on the one the earlier steps filled,
+// its 100,000-use fill ran at a few takes a second beside make test and
+// reached the bench's timeout. An endpoint given to the tests is used as it is.
+func ownDynamoDB(t *testing.T) string {
+	t.Helper()
+	if os.Getenv(dynamodblocal.EnvEndpoint) != "" {
+		return testkit.DynamoDB(t)
+	}
+	in, err := dynamodblocal.Start(context.Background(), dynamodblocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Stop)
+	return in.Endpoint
 }
 
 // usesCost measures the take of one more use, and its release, when an
 // action of a million uses holds each of sizes (36-byte useIds, a keyed
 // take: its record and its gate), the uses before it taken 32 at a time.
-func usesCost(t *testing.T, sizes ...int) usesReport {
+func usesCost(t *testing.T, endpoint string, sizes ...int) usesReport {
 	ctx := context.Background()
-	st, capacity := usesStore(t)
+	cfg := awsconfig.Local(endpoint)
+	capacity := testkit.NewCapacity()
+	capacity.Attach(&cfg)
+	table, drop := ownTable(t, endpoint, "uses-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	defer drop()
+	st := store.New(dynamodb.NewFromConfig(cfg), table, store.Options{})
 	now := time.Now()
 	useID := func(i int) string { return fmt.Sprintf("device-%029d", i) } // 36 bytes, a UUID's length
 	out := usesReport{UseIDBytes: len(useID(0))}
@@ -197,9 +212,9 @@ func units(ops map[string]testkit.Units) float64 {
 // at most itemLimit writes a second to any one item, as a partition takes
 // at most 1,000: exactly maxUses must be taken, and the action serves
 // TakesPerSecond / itemLimit times what one item could.
-func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
+func hot(t *testing.T, endpoint string, maxUses, clients int, itemLimit float64) hotAction {
 	ctx := context.Background()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 1)
+	p, err := faults.Start(endpoint, faults.Rates{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +224,8 @@ func hot(t *testing.T, maxUses, clients int, itemLimit float64) hotAction {
 		return retry.AddWithMaxAttempts(retry.AddWithMaxBackoffDelay(retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None }), 100*time.Millisecond), 20)
 	}
 	db := dynamodb.NewFromConfig(cfg)
-	table := ownTable(t, fmt.Sprintf("hot-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), int(itemLimit*10)))
+	table, drop := ownTable(t, endpoint, fmt.Sprintf("hot-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), int(itemLimit*10)))
+	defer drop()
 	st := store.New(db, table, store.Options{})
 	now := time.Now()
 	h := hotAction{MaxUses: maxUses, Clients: clients, ItemLimit: itemLimit}
@@ -306,11 +322,11 @@ func (u usesReport) markdown() string {
 // with the limit set 20 times below what the machine takes unthrottled,
 // the action still serves at least 5 times the limit, exactly its uses.
 func TestUsesCost(t *testing.T) {
-	testkit.DynamoDB(t)
-	u := usesCost(t, 1, 200)
-	free := hot(t, 1200, 64, 0)
+	endpoint := testkit.DynamoDB(t)
+	u := usesCost(t, endpoint, 1, 200)
+	free := hot(t, endpoint, 1200, 64, 0)
 	limit := max(1, free.TakesPerSecond/20)
-	u.Hot = hot(t, 1200, 64, limit)
+	u.Hot = hot(t, endpoint, 1200, 64, limit)
 	t.Log(u.markdown())
 	t.Logf("unthrottled: %.0f takes/s; with every item held to %.1f writes/s: %.0f takes/s (%.1f× the limit)", free.TakesPerSecond, limit, u.Hot.TakesPerSecond, u.Hot.Ratio)
 	for _, r := range u.Rows {
