@@ -183,9 +183,12 @@ func TestReport(t *testing.T) {
 	r.Cost = cost(r)
 	r.Library = libraryRequests(t)
 	if n >= 1000 { // make bench: up to 100,000 uses held, and the hot action under a fixed limit
-		own := ownDynamoDB(t)
+		own, stop := ownDynamoDB(t)
 		r.Uses = usesCost(t, own, 1, 1000, 100_000)
+		stop()
+		own, stop = ownDynamoDB(t)
 		r.Uses.Hot = hot(t, own, 3000, 128, 100)
+		stop()
 	} else { // make test: TestUsesCost holds the hot action to a limit this machine can show
 		r.Uses = usesCost(t, testkit.Endpoint, 1, 200)
 	}

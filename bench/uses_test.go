@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/dynamodblocal"
@@ -105,14 +106,20 @@ func usesLimit(route, outcome string) (int, bool) {
 // hotWithin bounds one hot race.
 const hotWithin = 10 * time.Minute
 
-// ownTable creates a table for one step of the bench on endpoint and
-// returns it with the function that drops it, which the step calls when it
-// ends: DynamoDB Local keeps every table in memory, and a step that leaves
-// 100,000 uses behind (make bench) slows every step after it.
+// ownTable creates a table for one step of the bench on endpoint, without
+// its stream, and returns it with the function that drops it, which the
+// step calls when it ends. Nothing reads these steps' streams, and DynamoDB
+// Local reads a table's whole stream to describe it, on every write: after
+// the 100,000-use fill its one SQLite thread spent minutes per second of
+// takes in getStreamDescription (a jstack of the hot step that never ended).
 func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 	t.Helper()
 	db := dynamodb.NewFromConfig(awsconfig.Local(endpoint))
 	if err := store.CreateTable(context.Background(), db, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.UpdateTable(context.Background(), &dynamodb.UpdateTableInput{TableName: aws.String(name),
+		StreamSpecification: &types.StreamSpecification{StreamEnabled: aws.Bool(false)}}); err != nil {
 		t.Fatal(err)
 	}
 	return name, func() {
@@ -122,21 +129,21 @@ func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 	}
 }
 
-// ownDynamoDB starts a DynamoDB Local for the multi-use steps of make bench
-// alone (stopped when the test ends): on the one the earlier steps filled,
-// its 100,000-use fill ran at a few takes a second beside make test and
-// reached the bench's timeout. An endpoint given to the tests is used as it is.
-func ownDynamoDB(t *testing.T) string {
+// ownDynamoDB starts a DynamoDB Local for one multi-use step of make bench
+// alone, and the function that stops it: on the one the earlier steps
+// filled (and their streams), the 100,000-use fill ran at a few takes a
+// second beside make test and reached the bench's timeout. An endpoint
+// given to the tests is used as it is.
+func ownDynamoDB(t *testing.T) (string, func()) {
 	t.Helper()
 	if os.Getenv(dynamodblocal.EnvEndpoint) != "" {
-		return testkit.DynamoDB(t)
+		return testkit.DynamoDB(t), func() {}
 	}
 	in, err := dynamodblocal.Start(context.Background(), dynamodblocal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.Stop)
-	return in.Endpoint
+	return in.Endpoint, in.Stop
 }
 
 // usesCost measures the take of one more use, and its release, when an
