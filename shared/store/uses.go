@@ -114,22 +114,17 @@ func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.Us
 		Set(expression.Name(rUseID), expression.Value(rec.UseID)).
 		Set(expression.Name(rRequested), expression.Value(rec.RequestedAt.UnixMilli())).
 		Set(expression.Name(attrTTL), expression.Value(ttl))
-	opt := func(name, v string) {
-		if v != "" {
-			upd = upd.Set(expression.Name(name), expression.Value(v))
-		}
-	}
 	optMs := func(name string, t time.Time) {
 		if !t.IsZero() {
 			upd = upd.Set(expression.Name(name), expression.Value(t.UnixMilli()))
 		}
 	}
-	opt(rReason, rec.Reason)
-	opt(rKey, rec.Write.Key)
-	opt(rFP, rec.Write.Fingerprint)
-	opt(rReq, rec.Write.RequestID)
-	opt(rOutcome, string(rec.Outcome))
-	opt(rOf, rec.Of)
+	upd = setIf(upd, rReason, rec.Reason)
+	upd = setIf(upd, rKey, rec.Write.Key)
+	upd = setIf(upd, rFP, rec.Write.Fingerprint)
+	upd = setIf(upd, rReq, rec.Write.RequestID)
+	upd = setIf(upd, rOutcome, string(rec.Outcome))
+	upd = setIf(upd, rOf, rec.Of)
 	optMs(rUsedAt, rec.UsedAt)
 	optMs(rReleasedAt, rec.ReleasedAt)
 	// A record of an earlier action of this id, or past its ttl, is gone.
