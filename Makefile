@@ -23,8 +23,12 @@ RACE_PKGS = $$(go list ./... | grep -vE '/infra(/|$$)')
 # cold starts, sizes, units) measure once, without the race detector, in a
 # step of their own; its correctness tests run under it with the rest.
 BENCH_MEASURES := ^(TestReport|TestUsesCost)$$
+# Not under -race either: the soak drives the local server built as its own
+# binary (without -race), so the detector would see only the test's clients;
+# it runs in full with FULL_SIZE.
+RACE_SKIP := ^(TestReport|TestUsesCost|TestSoak)$$
 # The tests whose load testkit.Scale sizes (takers, rounds, cycles): under
-# -race they run at a fifth of it; make test also runs them once in full
+# -race they run at a twentieth of it; make test also runs them once in full
 # without the race detector, so the counts they state are checked as stated.
 FULL_SIZE := ^(TestExactlyNUnderLostAnswers|TestTakeCostsTheSameAtAnyN|TestLicenceChurnStaysRevocable|TestUsesRace|TestUsesRaceLostAnswers|TestReleaseTakeRace|TestConsumeRace|TestTakesNeverAfterTheCancel|TestTenThousandInOneMinute|TestOverlappingSweeps|TestConsumeRacesSweep|TestSoak|TestLoadWithFaults)$$
 FULL_SIZE_PKGS := ./shared/httpapi ./shared/sweep ./bench
@@ -105,7 +109,7 @@ test-lint:
 	go vet -tags e2e ./e2e
 
 test-race:
-	go test -race $(GOTEST_FLAGS) -skip '$(BENCH_MEASURES)' $(RACE_PKGS)
+	go test -race $(GOTEST_FLAGS) -skip '$(RACE_SKIP)' $(RACE_PKGS)
 	for m in $(LIBRARIES); do (cd $$m && go test -race $(GOTEST_FLAGS) ./...) || exit 1; done
 	go test -race -tags xray $(GOTEST_FLAGS) ./shared/tracing
 
@@ -159,17 +163,26 @@ $(E2E_REPLICA_TEMPLATE): $(TOOLS) $(E2E_SOURCES)
 E2E_SUITE = set -o pipefail; EXACTONCE_E2E_TEMPLATE=$(abspath $(1)) go test -tags e2e -count=1 -timeout 15m -v -run '^TestStack$$' ./e2e \
   | grep -vE '^=== (RUN|PAUSE|CONT)|^    --- PASS'
 
-e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch, then the suite (go test ./e2e -run TestStack) on the synthesized templates (IAM, JWT, a multi-Region replica) with IAM enforced (TEMPLATE=path: another template); each run ends with its summary line
+e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch and the suite (go test ./e2e -run TestStack) on the synthesized templates (IAM, JWT, a multi-Region replica) with IAM enforced, at once, each printed when it ends (TEMPLATE=path: another template); each run ends with its summary line
 ifeq ($(TEMPLATE),)
 	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE) $(E2E_REPLICA_TEMPLATE)
-	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) EXACTONCE_E2E_REPLICA_TEMPLATE=$(CURDIR)/$(E2E_REPLICA_TEMPLATE) \
-	  go test -tags e2e -count=1 -timeout 25m -v -run '^TestMutations$$' ./e2e
-	$(call E2E_SUITE,$(E2E_JWT_TEMPLATE))
-	$(call E2E_SUITE,$(E2E_REPLICA_TEMPLATE))
-	$(call E2E_SUITE,$(E2E_TEMPLATE))
+	@$(MAKE) --no-print-directory -j4 -Otarget e2e-mutations e2e-jwt e2e-replica e2e-iam
 else
 	$(call E2E_SUITE,$(TEMPLATE))
 endif
+
+# The four runs of make e2e, each on emulators of its own (ports picked
+# free), so they run at once: most of each waits on the functions' answers.
+.PHONY: e2e-mutations e2e-jwt e2e-replica e2e-iam
+e2e-mutations:
+	EXACTONCE_E2E_TEMPLATE=$(CURDIR)/$(E2E_TEMPLATE) EXACTONCE_E2E_REPLICA_TEMPLATE=$(CURDIR)/$(E2E_REPLICA_TEMPLATE) \
+	  go test -tags e2e -count=1 -timeout 25m -v -run '^TestMutations$$' ./e2e
+e2e-jwt:
+	$(call E2E_SUITE,$(E2E_JWT_TEMPLATE))
+e2e-replica:
+	$(call E2E_SUITE,$(E2E_REPLICA_TEMPLATE))
+e2e-iam:
+	$(call E2E_SUITE,$(E2E_TEMPLATE))
 
 # Results go to bin/bench/ (untracked); RECORD=1 writes the recorded ones in bench/results/.
 BENCH_OUT = $(if $(RECORD),bench/results,bin/bench)

@@ -36,7 +36,7 @@ func soakDuration(t *testing.T, d time.Duration) time.Duration {
 // designed outcome (no 5xx, no transport error), and the server's resident
 // memory at the end must stay near what it was once warm.
 func TestSoak(t *testing.T) {
-	t.Parallel() // with the bench's other correctness tests (make test: under -race)
+	t.Parallel() // with the bench's other correctness tests
 	bin := filepath.Join(t.TempDir(), "local")
 	if out, err := exec.Command("go", "build", "-o", bin, "../local").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -110,7 +110,7 @@ func TestSoak(t *testing.T) {
 		return 0
 	}
 
-	total := soakDuration(t, time.Duration(testkit.Scale(60))*time.Second) // 12 s under -race
+	total := soakDuration(t, time.Duration(testkit.Scale(60))*time.Second)
 	warmAt := total / 6
 	ctx, cancel := context.WithTimeout(context.Background(), total)
 	defer cancel()

@@ -87,7 +87,7 @@ func TestReadmeSaysWhatMakeTestRuns(t *testing.T) {
 }
 
 // TestFullSizeNamesEveryScaledTest: a test that sizes its load with
-// testkit.Scale runs at a fifth of it under -race, so make test must run it
+// testkit.Scale runs at a twentieth of it under -race, so make test must run it
 // in full too: the Makefile's FULL_SIZE names exactly those tests, and its
 // full-size run (FULL_SIZE_PKGS) covers their packages.
 func TestFullSizeNamesEveryScaledTest(t *testing.T) {

@@ -41,12 +41,18 @@ var Endpoint string
 // Main starts DynamoDB Local (or reuses $EXACTONCE_TEST_DYNAMODB_ENDPOINT),
 // runs the tests and stops it. Use it as TestMain. Under -short (make unit)
 // it starts nothing, and the tests that need DynamoDB Local skip (DynamoDB).
-func Main(m *testing.M) {
+func Main(m *testing.M) { run(m, dynamodblocal.Options{ShortLived: true}) }
+
+// MainMeasuring is Main for a test binary that measures DynamoDB Local's
+// pace (make bench): its JVM compiles as make run's does.
+func MainMeasuring(m *testing.M) { run(m, dynamodblocal.Options{}) }
+
+func run(m *testing.M, opt dynamodblocal.Options) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	endpoint, stop, err := dynamodblocal.ForTests()
+	endpoint, stop, err := dynamodblocal.ForTests(opt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
 		os.Exit(1)
@@ -117,14 +123,14 @@ type Env struct {
 // Tests assert guarantees, not speed (make bench measures speed).
 const Patience = 2 * time.Minute
 
-// Scale sizes a test's load (takers, rounds, cycles): n, or a fifth of it
-// (at least 1) under the race detector, which makes every request several
-// times dearer. make test runs each test that scales in full once without
+// Scale sizes a test's load (takers, rounds, cycles): n, or a twentieth of
+// it (at least 1) under the race detector, which makes every request several
+// times dearer and needs only a few callers at once to see a race. make test runs each test that scales in full once without
 // -race (FULL_SIZE in the Makefile), so the counts its guarantee names are
 // checked as stated, and under -race on the same code paths, smaller.
 func Scale(n int) int {
 	if RaceDetector {
-		return max(1, n/5)
+		return max(1, n/20)
 	}
 	return n
 }

@@ -216,7 +216,7 @@ func TestConsumeRacesSweep(t *testing.T) {
 }
 
 // TestTenThousandInOneMinute: 10,000 actions expiring within the same
-// minute are all marked by one sweep, within its budget, each once (2,000
+// minute are all marked by one sweep, within its budget, each once (500
 // under -race: testkit.Scale).
 func TestTenThousandInOneMinute(t *testing.T) {
 	t.Parallel()
