@@ -52,7 +52,8 @@ func TestLoadWithFaults(t *testing.T) {
 	t.Parallel() // with the bench's other correctness tests (make test: under -race)
 	actions, workers := testkit.Scale(1000), 32
 	rates := faults.Rates{Throttle: 0.05, ServerError: 0.03, DropAfter: 0.05}
-	dbProxy, err := faults.Start(testkit.DynamoDB(t), rates, 1, "UpdateItem", "GetItem")
+	own := testkit.OwnDynamoDB(t)
+	dbProxy, err := faults.Start(own, rates, 1, "UpdateItem", "GetItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestLoadWithFaults(t *testing.T) {
 	}
 
 	// The table, read past the proxy: every action consumed once.
-	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
+	db := dynamodb.NewFromConfig(awsconfig.Local(own))
 	for _, id := range ids {
 		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(env.Table), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: id}}})

@@ -18,16 +18,7 @@ import (
 	"github.com/exactonce/exactonce/local/lambdaruntime"
 )
 
-// TestMain: make bench (EXACTONCE_BENCH_OUT) measures on a DynamoDB Local
-// whose JVM compiles as make run's does; make test on one started for a
-// short run.
-func TestMain(m *testing.M) {
-	if os.Getenv("EXACTONCE_BENCH_OUT") != "" {
-		testkit.MainMeasuring(m)
-	} else {
-		testkit.Main(m)
-	}
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // variant is one way of building the functions.
 type variant struct {

@@ -48,7 +48,7 @@ func TestSoak(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "EXACTONCE_ADDR="+addr, "EXACTONCE_DYNAMODB_ENDPOINT="+testkit.DynamoDB(t),
+	cmd.Env = append(os.Environ(), "EXACTONCE_ADDR="+addr, "EXACTONCE_DYNAMODB_ENDPOINT="+testkit.OwnDynamoDB(t),
 		"EXACTONCE_SECRET=soak-secret-0123456789abcdefghijklmnop", "EXACTONCE_SWEEP_INTERVAL=1s")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {

@@ -41,18 +41,15 @@ var Endpoint string
 // Main starts DynamoDB Local (or reuses $EXACTONCE_TEST_DYNAMODB_ENDPOINT),
 // runs the tests and stops it. Use it as TestMain. Under -short (make unit)
 // it starts nothing, and the tests that need DynamoDB Local skip (DynamoDB).
-func Main(m *testing.M) { run(m, dynamodblocal.Options{ShortLived: true}) }
-
-// MainMeasuring is Main for a test binary that measures DynamoDB Local's
-// pace (make bench): its JVM compiles as make run's does.
-func MainMeasuring(m *testing.M) { run(m, dynamodblocal.Options{}) }
-
-func run(m *testing.M, opt dynamodblocal.Options) {
+// Under the race detector a package's tests are a short run (its load
+// tests at Scale), so the instance is ShortLived; without it, they are make
+// test's full-size lane or make bench, long runs measured or timed.
+func Main(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	endpoint, stop, err := dynamodblocal.ForTests(opt)
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{ShortLived: RaceDetector})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
 		os.Exit(1)
@@ -71,6 +68,37 @@ func DynamoDB(t testing.TB) string {
 		t.Skip("-short: needs DynamoDB Local (Java)")
 	}
 	return Endpoint
+}
+
+// OwnDynamoDB returns the endpoint of a DynamoDB Local for t alone, stopped
+// when t ends, for a load test run in full: DynamoDB Local's cost per
+// request grows with what one instance serves at once. shared/httpapi's
+// eight load tests in full, four at a time: on the test binary's instance,
+// 210 s and 290 CPU-seconds; each on its own, 85 s and 156 (its JVM
+// ShortLived: with the JVM's default compilers, 263). Under the race
+// detector (loads at Scale) and with $EXACTONCE_TEST_DYNAMODB_ENDPOINT it
+// is the test binary's.
+func OwnDynamoDB(t testing.TB) string {
+	t.Helper()
+	endpoint := DynamoDB(t)
+	if RaceDetector || os.Getenv(dynamodblocal.EnvEndpoint) != "" {
+		return endpoint
+	}
+	in, err := dynamodblocal.Start(context.Background(), dynamodblocal.Options{ShortLived: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Stop)
+	return in.Endpoint
+}
+
+// On points an Env at endpoint (OwnDynamoDB's) instead of the test
+// binary's DynamoDB Local.
+func On(endpoint string) func(*server.Options) {
+	return func(o *server.Options) {
+		o.DynamoDBEndpoint = endpoint
+		o.AWS.BaseEndpoint = aws.String(endpoint)
+	}
 }
 
 // Counter counts the DynamoDB requests that cross the SDK's HTTP client, by

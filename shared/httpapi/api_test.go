@@ -221,7 +221,7 @@ func rawItem(t *testing.T, env *testkit.Env, id string) map[string]types.Attribu
 // consumedAt.
 func TestConsumeRace(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	actions, racers := testkit.Scale(50), 200
 	for i := range actions {
 		create(t, env, fmt.Sprintf(`{"actionId":"race-%d","userId":"u"}`, i))

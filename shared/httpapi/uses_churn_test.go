@@ -41,7 +41,7 @@ func churn(env *testkit.Env, id string, n int) error {
 // of these answered 500 while a take of a new useId was still accepted.
 func TestLicenceChurnStaysRevocable(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t, testkit.WithEvents)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)), testkit.WithEvents)
 	create(t, env, `{"actionId":"lic-a","userId":"acme","maxUses":1,"releasable":true}`)
 	create(t, env, `{"actionId":"lic-b","userId":"globex","maxUses":1,"releasable":true}`)
 	create(t, env, fmt.Sprintf(`{"actionId":"lic-c","userId":"initech","maxUses":1,"releasable":true,"expiresAt":%q}`,

@@ -127,7 +127,7 @@ func TestUseTransitionsHaveTheirOwnEvents(t *testing.T) {
 // cancel that started earlier and read as taken after it.)
 func TestTakesNeverAfterTheCancel(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	late := 0
 	for round := range testkit.Scale(20) {
 		id := fmt.Sprintf("tc%d", round)

@@ -42,7 +42,7 @@ func logLines(t *testing.T, env *testkit.Env, route string) []map[string]any {
 // per take at 1, 10, 100, 1,000 uses held and refused maxUses over 1,000.)
 func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	if r := do(t, env, "POST", "/actions", `{"actionId":"mega","userId":"u","maxUses":1000001}`); r.Status != 400 || r.Str("field") != "maxUses" {
 		t.Fatalf("maxUses over a million: %d %s", r.Status, r.Raw)
 	}
@@ -91,7 +91,7 @@ func TestTakeCostsTheSameAtAnyN(t *testing.T) {
 func TestExactlyNUnderLostAnswers(t *testing.T) {
 	t.Parallel()
 	takers, maxUses, atOnce := testkit.Scale(2000), testkit.Scale(1500), testkit.Scale(256)
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{}, 31, "UpdateItem")
+	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{}, 31, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func takeAll(t *testing.T, env *testkit.Env, id string, callers int) (ok, full i
 // uses, 20 rounds (1,280 takes): exactly 5 × 200 and 59 × 409 each round.
 func TestUsesRace(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	rounds, start := testkit.Scale(20), time.Now()
 	for round := range rounds {
 		ok, full := race(t, env, fmt.Sprintf("r%d", round), 64, 5)
@@ -269,7 +269,7 @@ func TestUsesRace(t *testing.T) {
 // replays its 200: a retried use is never a second use.
 func TestUsesRaceLostAnswers(t *testing.T) {
 	t.Parallel()
-	p, err := faults.Start(testkit.Endpoint, faults.Rates{DropAfter: 0.1}, 7, "UpdateItem")
+	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{DropAfter: 0.1}, 7, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestUsesRaceLostAnswers(t *testing.T) {
 // count, the stored uses and the answered takes and releases agree.
 func TestReleaseTakeRace(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	const maxUses, workers = 3, 8
 	ops := testkit.Scale(20)
 	create(t, env, fmt.Sprintf(`{"actionId":"seats","userId":"u","maxUses":%d,"releasable":true}`, maxUses))

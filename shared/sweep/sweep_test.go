@@ -135,7 +135,7 @@ func TestSweep(t *testing.T) {
 // both, and the stream gives exactly one event for it.
 func TestConsumeRacesSweep(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t, testkit.WithEvents)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)), testkit.WithEvents)
 	n := testkit.Scale(200)
 	expiresAt := action.Millis(time.Now().Add(time.Hour))
 	for i := range n {
@@ -220,7 +220,7 @@ func TestConsumeRacesSweep(t *testing.T) {
 // under -race: testkit.Scale).
 func TestTenThousandInOneMinute(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	st := env.Sweeper.Store
 	n := testkit.Scale(10_000)
 	minute := action.Millis(time.Now().Add(time.Hour)).Truncate(time.Minute)
@@ -401,7 +401,7 @@ func TestOldTableItemsExpire(t *testing.T) {
 // left them, and a late sweep with an older clock does not lower them.
 func TestOverlappingSweeps(t *testing.T) {
 	t.Parallel()
-	env := testkit.NewEnv(t)
+	env := testkit.NewEnv(t, testkit.On(testkit.OwnDynamoDB(t)))
 	ctx := context.Background()
 	st := env.Sweeper.Store
 	n := testkit.Scale(1000)
