@@ -87,28 +87,26 @@ unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a m
 	for m in $(LIBRARIES); do (cd $$m && go test -short -count=1 -skip '$(UNIT_SKIP)' ./...) || exit 1; done
 
 # make test: go vet, then four lanes at once (-j4; a lane's steps in order):
-# lint, the tagged vets and infra/'s tests; the FULL_SIZE tests in full
-# (first, as its longest test, 1,000 keyed cycles on one licence, is one
-# request after another; 4 tests at a time, each on a DynamoDB Local of its
-# own); every package under the race detector; the bench's figures (without
-# it: they measure, make test only checks their limits, on fewer actions),
-# then make e2e. Much of each lane waits (DynamoDB Local, node, timers), so
-# they share the 2 cores better together than one after another; the lanes
-# are balanced to end together.
-test: $(TOOLS) ## run every test: go vet, then at once make lint and infra; the load tests in full; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, then make e2e
+# lint and the tagged vets; the FULL_SIZE tests in full (first, as its
+# longest test, 1,000 keyed cycles on one licence, is one request after
+# another; 4 tests at a time, as they mostly wait); every package under the
+# race detector; the bench's figures (without it: they measure, make test
+# only checks their limits, on fewer actions), infra/ and make e2e. Much of
+# each lane waits (DynamoDB Local, node, timers), so they share the 2 cores
+# better together than one after another.
+test: $(TOOLS) ## run every test: go vet, then at once make lint; the load tests in full; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, infra, then make e2e
 	go vet ./...
 	for m in $(LIBRARIES); do (cd $$m && go vet ./...) || exit 1; done
-	@$(MAKE) --no-print-directory -j4 -Oline test-full test-lint-infra test-race test-stack
+	@$(MAKE) --no-print-directory -j4 -Oline test-full test-lint test-race test-stack
 
-.PHONY: test-full test-lint-infra test-race test-stack
+.PHONY: test-full test-lint test-race test-stack
 test-full:
 	go test $(GOTEST_FLAGS) -parallel 4 -run '$(FULL_SIZE)' $(FULL_SIZE_PKGS)
 
-test-lint-infra: $(TOOLS)
+test-lint:
 	@$(MAKE) --no-print-directory lint
 	go vet -tags xray ./shared/tracing
 	go vet -tags e2e ./e2e
-	go test $(GOTEST_FLAGS) ./infra/...
 
 test-race:
 	go test -race $(GOTEST_FLAGS) -skip '$(RACE_SKIP)' $(RACE_PKGS)
@@ -117,6 +115,7 @@ test-race:
 
 test-stack: $(TOOLS)
 	EXACTONCE_BENCH_N=50 go test $(GOTEST_FLAGS) -run '$(BENCH_MEASURES)' ./bench
+	go test $(GOTEST_FLAGS) ./infra/...
 	@$(MAKE) --no-print-directory e2e
 
 # make e2e runs the stack as a synthesized template defines it (e2e/), each
