@@ -89,11 +89,12 @@ unit: ## run the fast tests (no DynamoDB Local, Java, Node or network; about a m
 # make test: go vet, then four lanes at once (-j4; a lane's steps in order):
 # lint and the tagged vets; the FULL_SIZE tests in full (first, as its
 # longest test, 1,000 keyed cycles on one licence, is one request after
-# another; 4 tests at a time, as they mostly wait); every package under the
-# race detector; the bench's figures (without it: they measure, make test
-# only checks their limits, on fewer actions), infra/ and make e2e. Much of
-# each lane waits (DynamoDB Local, node, timers), so they share the 2 cores
-# better together than one after another.
+# another; 4 tests at a time, each on a DynamoDB Local of its own); every
+# package under the race detector; the bench's figures (without it: they
+# measure, make test only checks their limits, on fewer actions), infra/
+# and make e2e. Much of each lane waits (DynamoDB Local, node, timers), so
+# they share the 2 cores better together than one after another. (infra/ at
+# the start, in the lint lane, made the run slower: 883 s against 708.)
 test: $(TOOLS) ## run every test: go vet, then at once make lint; the load tests in full; every package under -race (unit, DynamoDB Local integration, fuzz seeds); the bench's figures, infra, then make e2e
 	go vet ./...
 	for m in $(LIBRARIES); do (cd $$m && go vet ./...) || exit 1; done
