@@ -153,9 +153,10 @@ const Patience = 2 * time.Minute
 
 // Scale sizes a test's load (takers, rounds, cycles): n, or a twentieth of
 // it (at least 1) under the race detector, which makes every request several
-// times dearer and needs only a few callers at once to see a race. make test runs each test that scales in full once without
-// -race (FULL_SIZE in the Makefile), so the counts its guarantee names are
-// checked as stated, and under -race on the same code paths, smaller.
+// times dearer and needs only a few callers at once to see a race. make test
+// runs each test that scales in full once without -race (FULL_SIZE in the
+// Makefile), so the counts its guarantee names are checked as stated, and
+// under -race on the same code paths, smaller.
 func Scale(n int) int {
 	if RaceDetector {
 		return max(1, n/20)

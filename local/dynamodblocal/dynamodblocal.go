@@ -47,8 +47,8 @@ type Options struct {
 	// minute or two. Its JVM compiles with C1 alone (-XX:TieredStopAtLevel=1):
 	// for such a run a third less CPU (the service's race-detector tests: 381
 	// CPU-seconds down to 264), the same over longer ones, whose requests it
-	// then serves more slowly. make run, make bench and the load tests in full
-	// use the JVM's default.
+	// then serves more slowly. make run and make bench's figures use the
+	// JVM's default.
 	ShortLived bool
 }
 
