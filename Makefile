@@ -124,7 +124,9 @@ test-stack: $(TOOLS)
 # example subscriber and a two-tenant map, so the suite reaches every part,
 # once with IAM and once with JWT authorization and X-Ray tracing (the
 # functions' xray builds), and once as the second Region of a multi-Region
-# deployment; each is made again only when the code changed.
+# deployment; each is made again only when the code changed, the three
+# at once (separate processes and output folders; the functions they share
+# are written by renames, so each synth reads a whole file).
 # TEMPLATE=path runs the suite (not the mutations) on another template (in
 # its cdk.out, whose assets it runs).
 E2E_OUT := cdk.out.e2e
@@ -166,7 +168,7 @@ E2E_SUITE = set -o pipefail; EXACTONCE_E2E_TEMPLATE=$(abspath $(1)) go test -tag
 
 e2e: $(TOOLS) qemu ## run the template mutations the end-to-end suite must catch and the suite (go test ./e2e -run TestStack) on the synthesized templates (IAM, JWT, a multi-Region replica) with IAM enforced, at once, each printed when it ends (TEMPLATE=path: another template); each run ends with its summary line
 ifeq ($(TEMPLATE),)
-	@$(MAKE) --no-print-directory $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE) $(E2E_REPLICA_TEMPLATE)
+	@$(MAKE) --no-print-directory -j3 -Otarget $(E2E_TEMPLATE) $(E2E_JWT_TEMPLATE) $(E2E_REPLICA_TEMPLATE)
 	@$(MAKE) --no-print-directory -j4 -Otarget e2e-mutations e2e-jwt e2e-replica e2e-iam
 else
 	$(call E2E_SUITE,$(TEMPLATE))

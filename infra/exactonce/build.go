@@ -40,18 +40,36 @@ func BuildFunctions(dir, outDir string, tags ...string) error {
 	if err != nil {
 		return err
 	}
+	// One go build for all: it compiles and links them in parallel, into a
+	// folder of its own (each binary named by its package), then each moves
+	// to <name>/bootstrap.
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	built, err := os.MkdirTemp(outDir, ".build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(built)
+	args := []string{"build", "-mod=readonly", "-tags", strings.Join(append([]string{"lambda.norpc"}, tags...), ","), "-trimpath", "-buildvcs=false",
+		"-ldflags", "-s -w -buildid=", "-o", built + string(filepath.Separator)}
+	for _, name := range Functions {
+		args = append(args, "./functions/"+name)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = modDir
+	cmd.Env = append(goEnv(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build the functions in %s: %w", modDir, err)
+	}
 	for _, name := range Functions {
 		fnDir := filepath.Join(outDir, name)
 		if err := os.MkdirAll(fnDir, 0o755); err != nil {
 			return err
 		}
-		cmd := exec.Command("go", "build", "-mod=readonly", "-tags", strings.Join(append([]string{"lambda.norpc"}, tags...), ","), "-trimpath", "-buildvcs=false",
-			"-ldflags", "-s -w -buildid=", "-o", filepath.Join(fnDir, "bootstrap"), "./functions/"+name)
-		cmd.Dir = modDir
-		cmd.Env = append(goEnv(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build %s in %s: %w", name, modDir, err)
+		if err := os.Rename(filepath.Join(built, name), filepath.Join(fnDir, "bootstrap")); err != nil {
+			return err
 		}
 	}
 	return nil
