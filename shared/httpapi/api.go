@@ -104,7 +104,7 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		act.Create = r.write(c.requestID)
 		act.Supersedes = req.Supersede
 
-		created, err := a.store.CreateClocked(ctx, act, r.fingerprints, a.Now)
+		created, err := service.Create(ctx, a.store, act, r.fingerprints, a.Now)
 		var replay *action.Replay
 		switch {
 		case errors.As(err, &replay):
@@ -148,7 +148,7 @@ func (a *API) createID(c *call, r *request, chosen string) string {
 // the create it retries, else the validation error invalid.
 func (a *API) replayCreate(ctx context.Context, c *call, r *request, id string, invalid error) (events.APIGatewayV2HTTPResponse, error) {
 	c.actionID = id
-	err := a.store.FindCreate(ctx, c.tenant, id, r.write(c.requestID), r.fingerprints, a.Now)
+	err := service.FindCreate(ctx, a.store, c.tenant, id, r.write(c.requestID), r.fingerprints, a.Now)
 	var replay *action.Replay
 	var rej *action.Rejection
 	switch {
@@ -215,7 +215,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 }
 
 func (a *API) consume(ctx context.Context, c *call, id string, req *action.ConsumeRequest, r *request) (*action.Action, error) {
-	cons := store.Consume{
+	cons := service.ConsumeRequest{
 		Tenant: c.tenant, Reason: req.Reason, Write: r.write(c.requestID), Fingerprints: r.fingerprints,
 		KeyIDs: c.keys.KeyIDs(), Now: a.Now(), Clock: a.Now,
 	}
@@ -225,7 +225,7 @@ func (a *API) consume(ctx context.Context, c *call, id string, req *action.Consu
 			return keys.PINMatches(act.KeyID, act.PINHash, tenant.ItemKey(act.Tenant, act.ID), pin)
 		}
 	}
-	return a.store.Consume(ctx, id, cons)
+	return service.Consume(ctx, a.store, id, cons)
 }
 
 // open decrypts a consumed action's payload; one sealed under a key set

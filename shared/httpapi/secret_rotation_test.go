@@ -116,7 +116,7 @@ func TestSecretRotation(t *testing.T) {
 // function where A is retired: it answers 503 and spends no guess, whether
 // its fingerprint was taken under B or under A. Before the fix:
 //   - fingerprint taken under B (the first attempt ran on step 2): the retry
-//     reached judgeGuess, PINMatches knew no set A and said false: the right
+//     reached the PIN comparison, PINMatches knew no set A and said false: the right
 //     PIN was answered 403 invalid_pin;
 //   - fingerprint taken under A (first attempt before the promotion): the
 //     stored fingerprint was unknown, so the retry was judged "same key,

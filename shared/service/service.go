@@ -1,8 +1,9 @@
 // Package service holds the rules of the API that span more than one
 // write of the store: a user's cancel-all (every open action, each by its
-// own conditional write) and supersede (the pointer that orders
-// superseding creates, then the cancels it calls for). The HTTP layer calls
-// it; the store only stores.
+// own conditional write), supersede (the pointer that orders superseding
+// creates, then the cancels it calls for) and the PIN-guess budget (a
+// guess reserved before it is compared, then consumed or counted). The
+// HTTP layer calls it; the store only stores.
 package service
 
 import (

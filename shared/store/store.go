@@ -128,16 +128,11 @@ func pinTry(prefix, token string) expression.NameBuilder {
 
 // Create writes a new action; the item must not exist. On a failed condition
 // it returns the domain's classification: *action.Replay for a retry of the
-// same call, a *action.Rejection otherwise. fingerprints are the request's
-// under every known key set (a retry matches whichever its first attempt
-// stored).
+// same call, a *action.Rejection otherwise (one that compared the request
+// with a stored body holding the PIN is a guess the caller counts:
+// SpendGuess). fingerprints are the request's under every known key set (a
+// retry matches whichever its first attempt stored).
 func (st *Store) Create(ctx context.Context, a *action.Action, fingerprints []string) (*action.Action, error) {
-	return st.CreateClocked(ctx, a, fingerprints, nil)
-}
-
-// CreateClocked is Create whose second write (a reused key's guess on a PIN
-// action) stamps the time clock reads then; nil means a.CreatedAt.
-func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprints []string, clock func() time.Time) (*action.Action, error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	u := set(expression.UpdateBuilder{}, attrUserID, s(a.UserID))
 	u = setIf(u, attrKind, a.Kind)
@@ -177,21 +172,16 @@ func (st *Store) CreateClocked(ctx context.Context, a *action.Action, fingerprin
 		return nil, err
 	}
 	if old != nil {
-		at := action.Attempt{Key: a.Create.Key, Fingerprints: fingerprints, RequestID: a.Create.RequestID}
-		if clock == nil {
-			clock = func() time.Time { return a.CreatedAt }
-		}
-		return nil, st.spendIfGuess(ctx, pk, a.Create, clock, action.ClassifyCreate(old, at))
+		return nil, action.ClassifyCreate(old, action.Attempt{Key: a.Create.Key, Fingerprints: fingerprints, RequestID: a.Create.RequestID})
 	}
 	return a, nil
 }
 
 // FindCreate answers a create that can no longer be written (its expiresAt
 // has passed) but may be the retry of one that was: with one consistent read
-// it returns the domain's classification of the create against the item, or
-// nil when there is no such item. clock is read for the time of a reused
-// key's guess.
-func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action.Write, fingerprints []string, clock func() time.Time) error {
+// it returns the domain's classification of the create against the item
+// (as Create's), or nil when there is no such item.
+func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action.Write, fingerprints []string) error {
 	a, err := st.Get(ctx, tenantName, id)
 	var r *action.Rejection
 	switch {
@@ -200,7 +190,7 @@ func (st *Store) FindCreate(ctx context.Context, tenantName, id string, w action
 	case err != nil:
 		return err
 	}
-	return st.spendIfGuess(ctx, tenant.ItemKey(tenantName, id), w, clock, action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID}))
+	return action.ClassifyCreate(a, action.Attempt{Key: w.Key, Fingerprints: fingerprints, RequestID: w.RequestID})
 }
 
 // Get reads a tenant's action with a strongly consistent read. Another
@@ -231,131 +221,71 @@ func (st *Store) Get(ctx context.Context, tenantName, id string) (*action.Action
 	return a, nil
 }
 
-// Consume is a request to consume an action.
+// Consume is the consuming write's request.
 type Consume struct {
-	Tenant string // whose action: the id is looked up in its key space
-	Reason string
-	// PIN is nil when the request carried no PIN; else it reports whether
-	// the presented PIN matches the action's stored hash.
-	PIN          func(*action.Action) bool
+	Tenant       string // whose action: the id is looked up in its key space
+	Reason       string
 	Write        action.Write
 	Fingerprints []string // the request's under every known key set
 	// KeyIDs are the key sets this server knows: an action under another
 	// is refused before anything is written (see action.UnknownKeyError).
 	KeyIDs []string
-	// Now is the request's time: the first write's.
+	// Now is the write's time (consumedAt).
 	Now time.Time
-	// Clock is read for the time of a second write (a right PIN's consume,
-	// a reused key's guess): the write that makes the change stamps its own
-	// time (consumedAt, lockedAt), however long the first took. nil: Now.
-	Clock func() time.Time
+	// PINPresented says the request carried a PIN (a refusal is classified
+	// with it).
+	PINPresented bool
+	// Reserved says the request's guess is reserved (ReserveGuess) and its
+	// PIN matched: the write needs that reservation, and gives it back.
+	// Without it the action must have no PIN.
+	Reserved bool
 }
 
-// later is the time of a second write.
-func (c *Consume) later() time.Time {
-	if c.Clock == nil {
-		return action.Millis(c.Now)
-	}
-	return action.Millis(c.Clock())
-}
-
-// Consume moves the action to consumed and returns it as written.
-//
-// Without a PIN it is one conditional write. With a PIN the guess is counted
-// before it is compared, so at most maxPinAttempts guesses are ever
-// evaluated whatever the concurrency: write 1 reserves a guess (the count
-// grows by one, recorded under the request's TryToken with its fingerprint,
-// only while guesses remain), and returns the item; the PIN is compared with
-// it; a wrong PIN is answered at once (1 request), a right one consumes with
-// write 2, which gives the reservation back and stamps consumedAt with its
-// own time (c.Clock). A retry of the same request (a lost answer the SDK
-// re-sends, the same Idempotency-Key) finds its own reservation and answers
-// as the first time, counting nothing.
+// Consume moves the action to consumed with one conditional write and
+// returns it as written. A refusal is classified (action.ClassifyConsume);
+// one that compared the request with a stored body holding the PIN is a
+// guess the caller counts (SpendGuess).
 func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Action, error) {
-	id = tenant.ItemKey(c.Tenant, id) // from here on, the item's key
+	pk := tenant.ItemKey(c.Tenant, id)
 	now := action.Millis(c.Now)
-	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID, PINPresented: c.PIN != nil}
-	if c.PIN == nil {
-		return st.consume(ctx, id, c, at, consumable(now).And(noPIN()), nil)
+	cond := consumable(now).And(noPIN())
+	u := set(expression.UpdateBuilder{}, attrConsumedAt, ts(now))
+	if c.Reserved {
+		cond = consumable(now).And(expression.AttributeExists(pinTry(attrPINTry, action.TryToken(c.Write))))
+		u = u.Set(expression.Name(attrPINFailures), expression.Name(attrPINFailures).Minus(expression.Value(n(1))))
 	}
-	token := action.TryToken(c.Write)
-	u := countGuess(now).
-		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1)))).
-		Set(pinTry(attrPINTryFP, token), expression.Value(s(c.Write.Fingerprint)))
-	cond := expression.And(consumable(now), guessLeft(), expression.AttributeNotExists(pinTry(attrPINTry, token)), knownKeys(c.KeyIDs))
-	reserved, old, err := st.update(ctx, id, u, cond, types.ReturnValueAllNew)
-	if err != nil {
-		return nil, err
-	}
-	if old == nil {
-		return st.judgeGuess(ctx, id, c, at, reserved, reserved.PINTries[token])
-	}
-	if try, ok := old.PINTries[token]; ok { // this request's own guess, retried
-		// Nothing is judged against a record this server cannot verify.
-		if old.KeyID != "" && !slices.Contains(c.KeyIDs, old.KeyID) {
-			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
-		}
-		if kid := action.FingerprintKeyID(try.Fingerprint); kid != "" && !slices.ContainsFunc(c.Fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
-			return nil, &action.UnknownKeyError{KeyID: kid}
-		}
-		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
-			// The key's first request held a PIN too: comparing with it is a guess.
-			return nil, st.spendIfGuess(ctx, id, c.Write, c.later, action.Reject(action.CodeKeyReused, old))
-		}
-		return st.judgeGuess(ctx, id, c, at, old, try)
-	}
-	why := action.ClassifyConsume(old, at)
-	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal {
-		switch {
-		case !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "":
-			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
-		case !old.PINProtected(): // a PIN for an action that has none: a plain consume
-			at.Now = c.later()
-			return st.consume(ctx, id, c, at, consumable(at.Now).And(noPIN()), nil)
-		}
-	}
-	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
-}
-
-// judgeGuess compares the PIN of a reserved guess (try) with the item: a
-// wrong one is answered with the attempts that remained after it, a right
-// one consumes.
-func (st *Store) judgeGuess(ctx context.Context, id string, c Consume, at action.Attempt, a *action.Action, try action.PINTry) (*action.Action, error) {
-	if !c.PIN(a) {
-		seen := *a
-		seen.PINFailures = try.N
-		return nil, action.Reject(action.CodeInvalidPIN, &seen)
-	}
-	refund := func(u expression.UpdateBuilder) expression.UpdateBuilder {
-		return u.Set(expression.Name(attrPINFailures), expression.Name(attrPINFailures).Minus(expression.Value(n(1))))
-	}
-	at.Now = c.later() // consumedAt is this write's time, not the request's
-	return st.consume(ctx, id, c, at, consumable(at.Now).And(expression.AttributeExists(pinTry(attrPINTry, action.TryToken(c.Write)))), refund)
-}
-
-// consume is the consuming write under cond (plus: a single-use action,
-// under a key set this server knows), with extra updates; a refusal is
-// classified.
-func (st *Store) consume(ctx context.Context, id string, c Consume, at action.Attempt, cond expression.ConditionBuilder, extra func(expression.UpdateBuilder) expression.UpdateBuilder) (*action.Action, error) {
-	u := set(expression.UpdateBuilder{}, attrConsumedAt, ts(at.Now))
 	u = setIf(u, attrConsumedReason, c.Reason)
-	u = set(u, attrTTL, n(at.Now.Add(st.retention).Unix()))
+	u = set(u, attrTTL, n(now.Add(st.retention).Unix()))
 	u = setWrite(u, attrConsumeKey, attrConsumeFP, attrConsumeReq, c.Write)
-	if extra != nil {
-		u = extra(u)
-	}
-	written, old, err := st.update(ctx, id, u, expression.And(cond, single(), knownKeys(c.KeyIDs)), types.ReturnValueAllNew)
+	written, old, err := st.update(ctx, pk, u, expression.And(cond, single(), knownKeys(c.KeyIDs)), types.ReturnValueAllNew)
 	if err != nil {
 		return nil, err
 	}
 	if old == nil {
 		return written, nil
 	}
+	at := action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID, PINPresented: c.PINPresented}
 	why := action.ClassifyConsume(old, at)
 	if r, ok := why.(*action.Rejection); ok && r.Code == action.CodeInternal && !slices.Contains(c.KeyIDs, old.KeyID) && old.KeyID != "" {
 		return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 	}
-	return nil, st.spendIfGuess(ctx, id, c.Write, c.later, why)
+	return nil, why
+}
+
+// ReserveGuess counts the request's PIN guess before it is compared, with
+// one conditional write at c.Now: the count grows by one, recorded under the
+// request's TryToken with its fingerprint, only while the action is
+// consumable, has guesses left, is under a key set this server knows and
+// holds no reservation of this request. It returns the item as written, or,
+// when the condition failed, the item as it was (old).
+func (st *Store) ReserveGuess(ctx context.Context, id string, c Consume) (reserved, old *action.Action, err error) {
+	now := action.Millis(c.Now)
+	token := action.TryToken(c.Write)
+	u := countGuess(now).
+		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1)))).
+		Set(pinTry(attrPINTryFP, token), expression.Value(s(c.Write.Fingerprint)))
+	cond := expression.And(consumable(now), guessLeft(), expression.AttributeNotExists(pinTry(attrPINTry, token)), knownKeys(c.KeyIDs))
+	return st.update(ctx, tenant.ItemKey(c.Tenant, id), u, cond, types.ReturnValueAllNew)
 }
 
 // knownKeys is the condition that the action is under one of the key sets
@@ -381,23 +311,19 @@ func countGuess(now time.Time) expression.UpdateBuilder {
 			expression.Value(&types.AttributeValueMemberL{Value: []types.AttributeValue{ts(now)}})))
 }
 
-// spendIfGuess passes why through, unless it is a refusal that compared the
-// request w with a stored body holding the PIN (action.IsGuess): then that
-// comparison is counted like any guess, with one conditional write at the
-// time clock reads then, and once no guess is left the answer is locked.
-// The write records the guess under the request's key and body
-// (action.SpendToken), like a reservation: the SDK re-sending it after a
-// lost answer, or the caller re-sending the same request, finds it and is
-// answered the same 422, counting nothing.
-func (st *Store) spendIfGuess(ctx context.Context, id string, w action.Write, clock func() time.Time, why error) error {
-	if !action.IsGuess(why) {
-		return why
-	}
+// SpendGuess counts, with one conditional write at now, a comparison of the
+// request w with a stored body holding the PIN (action.IsGuess) like any
+// guess; once no guess is left the answer is locked. The write records the
+// guess under the request's key and body (action.SpendToken), like a
+// reservation: the SDK re-sending it after a lost answer, or the caller
+// re-sending the same request, finds it and is answered the same 422,
+// counting nothing. It returns the refusal: key_reused, or locked.
+func (st *Store) SpendGuess(ctx context.Context, tenantName, id string, w action.Write, now time.Time) error {
 	token := action.SpendToken(w)
-	u := countGuess(action.Millis(clock())).
+	u := countGuess(action.Millis(now)).
 		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1))))
 	cond := guessLeft().And(expression.AttributeNotExists(pinTry(attrPINTry, token)))
-	written, old, err := st.update(ctx, id, u, cond, types.ReturnValueAllNew)
+	written, old, err := st.update(ctx, tenant.ItemKey(tenantName, id), u, cond, types.ReturnValueAllNew)
 	switch {
 	case err != nil:
 		return err
