@@ -17,7 +17,7 @@ import (
 // reservation refuses a PIN action and writes nothing; a consume of the
 // reserved request consumes and gives the guess back; SpendGuess counts a
 // comparison once per key and body, then answers locked when no guess is
-// left. The order of these writes (reserve, compare, consume or spend) is
+// left, and no guess is reserved then. The order of these writes (reserve, compare, consume or spend) is
 // shared/service's Consume.
 func TestPINWrites(t *testing.T) {
 	env := testkit.NewEnv(t)
@@ -116,4 +116,10 @@ func TestPINWrites(t *testing.T) {
 	if a := get("p2"); a.PINFailures != 2 || !a.Locked() {
 		t.Fatalf("after the spends: %d guesses counted, locked %v, want 2 and locked", a.PINFailures, a.Locked())
 	}
+	env.Counter.Take()
+	late := store.Consume{Write: action.Write{Key: "k6", Fingerprint: "f6"}, Now: now, PINPresented: true}
+	if reserved, old, err := st.ReserveGuess(ctx, "p2", late); err != nil || reserved != nil || old == nil || old.PINFailures != 2 {
+		t.Fatalf("a reservation with no guess left: %+v %+v %v, want refused, nothing counted", reserved, old, err)
+	}
+	requests("reserve with no guess left", 1)
 }

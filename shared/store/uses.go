@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -26,24 +29,63 @@ const (
 	attrReleasable = "releasable" // true, or absent
 )
 
-// Attributes of a use record (what one take or release call did).
+// The attributes of a use record that conditions and projections name
+// (recordItem's tags).
 const (
-	rOp         = "op"
-	rAction     = "a" // the action's createdAt (ms): a record of an earlier action of the same id is stale
+	rAction     = "a"
 	rUseID      = "u"
-	rReason     = "r"
-	rRequested  = "q"
-	rKey        = "k"
-	rFP         = "f"
-	rReq        = "rq"
-	rOutcome    = "o"
-	rOf         = "of"
 	rUsedAt     = "ua"
 	rReleasedAt = "ra"
-	rRelKey     = "rk"
-	rRelFP      = "rf"
-	rRelReq     = "rr"
 )
+
+// recordItem is a use record (what one take or release call did) as
+// stored: attributevalue maps it. Times are Unix milliseconds; a zero field
+// is not written, and an absent one reads as zero.
+type recordItem struct {
+	Op          string `dynamodbav:"op,omitempty"`
+	Action      int64  `dynamodbav:"a,omitempty"` // the action's createdAt: a record of an earlier action of the same id is stale
+	UseID       string `dynamodbav:"u,omitempty"`
+	Reason      string `dynamodbav:"r,omitempty"`
+	RequestedAt int64  `dynamodbav:"q,omitempty"`
+	Key         string `dynamodbav:"k,omitempty"`
+	Fingerprint string `dynamodbav:"f,omitempty"`
+	RequestID   string `dynamodbav:"rq,omitempty"`
+	Outcome     string `dynamodbav:"o,omitempty"`
+	Of          string `dynamodbav:"of,omitempty"`
+	UsedAt      int64  `dynamodbav:"ua,omitempty"`
+	ReleasedAt  int64  `dynamodbav:"ra,omitempty"`
+	RelKey      string `dynamodbav:"rk,omitempty"`
+	RelFP       string `dynamodbav:"rf,omitempty"`
+	RelReq      string `dynamodbav:"rr,omitempty"`
+	TTL         int64  `dynamodbav:"ttl,omitempty"`
+}
+
+// setRecord adds SET name = value to upd for each attribute r has.
+func setRecord(upd expression.UpdateBuilder, r recordItem) (expression.UpdateBuilder, error) {
+	av, err := attributevalue.MarshalMap(r)
+	if err != nil {
+		return upd, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(av)) {
+		upd = upd.Set(expression.Name(name), expression.Value(av[name]))
+	}
+	return upd, nil
+}
+
+// ms is t in Unix milliseconds, 0 for the zero time; fromMs the reverse.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
 
 // setUses adds a multi-use action's settings to its create: its uses
 // live in gates, nothing more is on its item.
@@ -74,26 +116,23 @@ func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 
 // DecodeRecord reads a use record.
 func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, error) {
-	d := dynamoitem.Decoder{Item: item}
-	pk := d.Str(attrID)
-	ms := func(name string) time.Time {
-		if v := d.Num(name); v != 0 {
-			return time.UnixMilli(v).UTC()
-		}
-		return time.Time{}
-	}
+	var ri recordItem
+	err := attributevalue.UnmarshalMap(item, &ri)
+	pk, _ := item[attrID].(*types.AttributeValueMemberS)
 	r := &action.UseRecord{
-		Op: d.Str(rOp), UseID: d.Str(rUseID), Reason: d.Str(rReason),
-		Write:       action.Write{Key: d.Str(rKey), Fingerprint: d.Str(rFP), RequestID: d.Str(rReq)},
-		RequestedAt: ms(rRequested), Outcome: action.Code(d.Str(rOutcome)), Of: d.Str(rOf),
-		UsedAt: ms(rUsedAt), ReleasedAt: ms(rReleasedAt),
-		Release: action.Write{Key: d.Str(rRelKey), Fingerprint: d.Str(rRelFP), RequestID: d.Str(rRelReq)},
+		Op: ri.Op, UseID: ri.UseID, Reason: ri.Reason,
+		Write:       action.Write{Key: ri.Key, Fingerprint: ri.Fingerprint, RequestID: ri.RequestID},
+		RequestedAt: fromMs(ri.RequestedAt), Outcome: action.Code(ri.Outcome), Of: ri.Of,
+		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
+		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq},
 	}
-	if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
-		r.Ref = rest[:12]
+	if pk != nil {
+		if rest, ok := cutPrefix(pk.Value, recordPrefix); ok && len(rest) > 12 {
+			r.Ref = rest[:12]
+		}
 	}
-	if d.Err != nil || r.Ref == "" || r.UseID == "" {
-		return nil, errors.Join(d.Err, errors.New("store: malformed use record "+pk))
+	if err != nil || r.Ref == "" || r.UseID == "" {
+		return nil, errors.Join(err, fmt.Errorf("store: malformed use record %v", item[attrID]))
 	}
 	return r, nil
 }
@@ -109,24 +148,12 @@ func cutPrefix(s, p string) (string, bool) {
 // record of that call (of this action) is there: then it returns that one
 // and writes nothing. One conditional write.
 func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.UseRecord, ttl int64, now time.Time) (*action.UseRecord, error) {
-	upd := expression.Set(expression.Name(rOp), expression.Value(rec.Op)).
-		Set(expression.Name(rAction), expression.Value(a.CreatedAt.UnixMilli())).
-		Set(expression.Name(rUseID), expression.Value(rec.UseID)).
-		Set(expression.Name(rRequested), expression.Value(rec.RequestedAt.UnixMilli())).
-		Set(expression.Name(attrTTL), expression.Value(ttl))
-	optMs := func(name string, t time.Time) {
-		if !t.IsZero() {
-			upd = upd.Set(expression.Name(name), expression.Value(t.UnixMilli()))
-		}
+	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Op: rec.Op, Action: a.CreatedAt.UnixMilli(), UseID: rec.UseID, Reason: rec.Reason,
+		RequestedAt: ms(rec.RequestedAt), Key: rec.Write.Key, Fingerprint: rec.Write.Fingerprint, RequestID: rec.Write.RequestID,
+		Outcome: string(rec.Outcome), Of: rec.Of, UsedAt: ms(rec.UsedAt), ReleasedAt: ms(rec.ReleasedAt), TTL: ttl})
+	if err != nil {
+		return nil, err
 	}
-	upd = setIf(upd, rReason, rec.Reason)
-	upd = setIf(upd, rKey, rec.Write.Key)
-	upd = setIf(upd, rFP, rec.Write.Fingerprint)
-	upd = setIf(upd, rReq, rec.Write.RequestID)
-	upd = setIf(upd, rOutcome, string(rec.Outcome))
-	upd = setIf(upd, rOf, rec.Of)
-	optMs(rUsedAt, rec.UsedAt)
-	optMs(rReleasedAt, rec.ReleasedAt)
 	// A record of an earlier action of this id, or past its ttl, is gone.
 	cond := expression.AttributeNotExists(expression.Name(attrID)).
 		Or(expression.Name(rAction).NotEqual(expression.Value(a.CreatedAt.UnixMilli()))).
@@ -141,17 +168,11 @@ func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.Us
 // finishRecord stores the outcome of a keyed call its record did not have
 // when it was written (a refusal, or a success found made): one write.
 func (st *Store) finishRecord(ctx context.Context, a *action.Action, ref string, outcome action.Code, of string, usedAt, releasedAt time.Time) error {
-	upd := expression.Set(expression.Name(rOutcome), expression.Value(string(outcome)))
-	if of != "" {
-		upd = upd.Set(expression.Name(rOf), expression.Value(of))
+	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Outcome: string(outcome), Of: of, UsedAt: ms(usedAt), ReleasedAt: ms(releasedAt)})
+	if err != nil {
+		return err
 	}
-	if !usedAt.IsZero() {
-		upd = upd.Set(expression.Name(rUsedAt), expression.Value(usedAt.UnixMilli()))
-	}
-	if !releasedAt.IsZero() {
-		upd = upd.Set(expression.Name(rReleasedAt), expression.Value(releasedAt.UnixMilli()))
-	}
-	_, _, _, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), upd, nil, types.ReturnValueNone)
+	_, _, _, err = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), upd, nil, types.ReturnValueNone)
 	return err
 }
 
@@ -913,18 +934,12 @@ func freedBefore(a *action.Action, g *action.Gate, tok string) error {
 // usedAt and releasedAt, and the releasing call (for a re-sent keyed take,
 // republish and the take's key).
 func (st *Store) stampRelease(ctx context.Context, a *action.Action, takeRef, useID string, usedAt, releasedAt time.Time, w action.Write) error {
-	upd := expression.Set(expression.Name(rUsedAt), expression.Value(usedAt.UnixMilli())).
-		Set(expression.Name(rReleasedAt), expression.Value(releasedAt.UnixMilli())).
-		Set(expression.Name(rUseID), expression.Value(useID)).
-		Set(expression.Name(rAction), expression.Value(a.CreatedAt.UnixMilli())).
-		Set(expression.Name(rOp), expression.Value(action.OpTake)).
-		Set(expression.Name(attrTTL), expression.Value(st.ttlOf(a)))
-	for name, v := range map[string]string{rRelKey: w.Key, rRelFP: w.Fingerprint, rRelReq: w.RequestID} {
-		if v != "" {
-			upd = upd.Set(expression.Name(name), expression.Value(v))
-		}
+	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Op: action.OpTake, Action: a.CreatedAt.UnixMilli(), UseID: useID,
+		UsedAt: ms(usedAt), ReleasedAt: ms(releasedAt), RelKey: w.Key, RelFP: w.Fingerprint, RelReq: w.RequestID, TTL: st.ttlOf(a)})
+	if err != nil {
+		return err
 	}
-	_, _, _, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), takeRef), upd, nil, types.ReturnValueNone)
+	_, _, _, err = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), takeRef), upd, nil, types.ReturnValueNone)
 	return err
 }
 
