@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -118,7 +117,10 @@ func decodeUses(d *dynamoitem.Decoder, a *action.Action) {
 func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, error) {
 	var ri recordItem
 	err := attributevalue.UnmarshalMap(item, &ri)
-	pk, _ := item[attrID].(*types.AttributeValueMemberS)
+	var pk string
+	if v, ok := item[attrID].(*types.AttributeValueMemberS); ok {
+		pk = v.Value
+	}
 	r := &action.UseRecord{
 		Op: ri.Op, UseID: ri.UseID, Reason: ri.Reason,
 		Write:       action.Write{Key: ri.Key, Fingerprint: ri.Fingerprint, RequestID: ri.RequestID},
@@ -126,13 +128,11 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
 		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq},
 	}
-	if pk != nil {
-		if rest, ok := cutPrefix(pk.Value, recordPrefix); ok && len(rest) > 12 {
-			r.Ref = rest[:12]
-		}
+	if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
+		r.Ref = rest[:12]
 	}
 	if err != nil || r.Ref == "" || r.UseID == "" {
-		return nil, errors.Join(err, fmt.Errorf("store: malformed use record %v", item[attrID]))
+		return nil, errors.Join(err, errors.New("store: malformed use record "+pk))
 	}
 	return r, nil
 }
