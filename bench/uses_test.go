@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,20 +129,18 @@ func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 }
 
 // ownDynamoDB starts a DynamoDB Local for one multi-use step of make bench
-// alone, and the function that stops it: on the one the earlier steps
-// filled (and their streams), the 100,000-use fill ran at a few takes a
-// second beside make test and reached the bench's timeout. An endpoint
-// given to the tests is used as it is.
+// alone (with the JVM's default compilers: the step is timed), and the
+// function that stops it: on the one the earlier steps filled (and their
+// streams), the 100,000-use fill ran at a few takes a second beside make
+// test and reached the bench's timeout. An endpoint given to the tests is
+// used as it is (dynamodblocal.ForTests).
 func ownDynamoDB(t *testing.T) (string, func()) {
 	t.Helper()
-	if os.Getenv(dynamodblocal.EnvEndpoint) != "" {
-		return testkit.DynamoDB(t), func() {}
-	}
-	in, err := dynamodblocal.Start(context.Background(), dynamodblocal.Options{})
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return in.Endpoint, in.Stop
+	return endpoint, stop
 }
 
 // usesCost measures the take of one more use, and its release, when an

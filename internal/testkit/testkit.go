@@ -81,15 +81,15 @@ func DynamoDB(t testing.TB) string {
 func OwnDynamoDB(t testing.TB) string {
 	t.Helper()
 	endpoint := DynamoDB(t)
-	if RaceDetector || os.Getenv(dynamodblocal.EnvEndpoint) != "" {
+	if RaceDetector {
 		return endpoint
 	}
-	in, err := dynamodblocal.Start(context.Background(), dynamodblocal.Options{ShortLived: true})
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{ShortLived: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(in.Stop)
-	return in.Endpoint
+	t.Cleanup(stop)
+	return endpoint
 }
 
 // On points an Env at endpoint (OwnDynamoDB's) instead of the test
