@@ -136,7 +136,7 @@ func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 // used as it is (dynamodblocal.ForTests).
 func ownDynamoDB(t *testing.T) (string, func()) {
 	t.Helper()
-	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{})
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{SteadyState: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func startDynamoDBLocal() (string, func(), error) {
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	// C1 alone: a third less CPU for a test run this short.
-	cmd := exec.Command("java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"), "-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
+	cmd := exec.Command("java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"), "-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
 		"-inMemory", "-sharedDb", "-port", port, "-disableTelemetry")
 	cmd.Dir, cmd.SysProcAttr = dir, dieWithParent()
 	if err := cmd.Start(); err != nil {

@@ -135,7 +135,7 @@ func Start(ctx context.Context, o Options) (_ *Deployment, err error) {
 		secrets = append(secrets, names.Refs[id])
 	}
 
-	ddb, err := dynamodblocal.Start(ctx, dynamodblocal.Options{ShortLived: true})
+	ddb, err := dynamodblocal.Start(ctx, dynamodblocal.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -38,18 +38,21 @@ import (
 // LambdaEnv calls DynamoDB first.
 var Endpoint string
 
+// SteadyState, set by a TestMain before it calls Main, starts the test
+// binary's DynamoDB Local with the JVM's default compilers, for a long
+// measured run (make bench's figures); without it, the instance compiles
+// with C1 alone, cheaper for a test binary's run (dynamodblocal.Options).
+var SteadyState bool
+
 // Main starts DynamoDB Local (or reuses $EXACTONCE_TEST_DYNAMODB_ENDPOINT),
 // runs the tests and stops it. Use it as TestMain. Under -short (make unit)
 // it starts nothing, and the tests that need DynamoDB Local skip (DynamoDB).
-// Under the race detector a package's tests are a short run (its load
-// tests at Scale), so the instance is ShortLived; without it, they are make
-// test's full-size lane or make bench, long runs measured or timed.
 func Main(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{ShortLived: RaceDetector})
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{SteadyState: SteadyState})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
 		os.Exit(1)
@@ -75,7 +78,7 @@ func DynamoDB(t testing.TB) string {
 // request grows with what one instance serves at once. shared/httpapi's
 // eight load tests in full, four at a time: on the test binary's instance,
 // 210 s and 290 CPU-seconds; each on its own, 85 s and 156 (its JVM
-// ShortLived: with the JVM's default compilers, 263). Under the race
+// compiling with C1 alone: with the JVM's default compilers, 263). Under the race
 // detector (loads at Scale) and with $EXACTONCE_TEST_DYNAMODB_ENDPOINT it
 // is the test binary's.
 func OwnDynamoDB(t testing.TB) string {
@@ -84,7 +87,7 @@ func OwnDynamoDB(t testing.TB) string {
 	if RaceDetector {
 		return endpoint
 	}
-	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{ShortLived: true})
+	endpoint, stop, err := dynamodblocal.ForTests(dynamodblocal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,9 @@ import (
 // server before java binds it (java then exits: 'Failed to bind'). Start must
 // not take that server for DynamoDB Local because it accepts connections:
 // on a port another HTTP server holds, it fails, and with no port given it
-// picks another (tested by every test binary: testkit.Main). A ShortLived
-// instance's JVM runs with C1 alone, and answers as DynamoDB.
+// picks another (tested by every test binary: testkit.Main). An instance
+// started with the zero Options runs its JVM with C1 alone and the serial
+// collector, and answers as DynamoDB.
 func TestStartKnowsItsOwnServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: needs DynamoDB Local (Java)")
@@ -31,7 +32,7 @@ func TestStartKnowsItsOwnServer(t *testing.T) {
 		t.Fatalf("Start answered with %s, which another server holds", in.Endpoint)
 	}
 	t.Logf("Start on a taken port: %v", err)
-	in, err = Start(context.Background(), Options{ShortLived: true})
+	in, err = Start(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +42,9 @@ func TestStartKnowsItsOwnServer(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" {
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", in.cmd.Process.Pid))
-		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), shortLivedJIT) {
-			t.Fatalf("a ShortLived instance's java runs as %q (%v), without %s", cmdline, err, shortLivedJIT)
+		args := strings.Split(string(cmdline), "\x00")
+		if err != nil || !slices.Contains(args, quickJIT) || !slices.Contains(args, serialGC) {
+			t.Fatalf("an instance's java runs as %q (%v), without %s or %s", cmdline, err, quickJIT, serialGC)
 		}
 	}
 }
