@@ -343,14 +343,6 @@ func (d *Deployment) TraceSegments(name string) int {
 	return int(x.segments.Load())
 }
 
-// TimedOut counts a function's invocations that ran past its timeout.
-func (d *Deployment) TimedOut(name string) int {
-	if f := d.fns[name]; f != nil {
-		return f.TimedOut()
-	}
-	return 0
-}
-
 // Invoke runs a function on an event, as `aws lambda invoke` would.
 func (d *Deployment) Invoke(ctx context.Context, name string, event []byte) ([]byte, error) {
 	f := d.fns[name]

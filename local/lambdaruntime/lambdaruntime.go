@@ -74,7 +74,6 @@ type Function struct {
 	timeout   time.Duration
 	stopAfter time.Duration // timeout × Config.Grace
 	arn       string
-	timedOut  int
 }
 
 // process is one run of the bootstrap.
@@ -189,13 +188,6 @@ func (f *Function) Reinit() error {
 	return err
 }
 
-// TimedOut counts the invocations that ran past the timeout.
-func (f *Function) TimedOut() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.timedOut
-}
-
 // Ready waits for the function's first poll for work and returns the time
 // from process start to then: what Lambda reports as Init Duration.
 func (f *Function) Ready(ctx context.Context) (time.Duration, error) {
@@ -244,7 +236,6 @@ func (f *Function) Invoke(ctx context.Context, event []byte, trace string) (Resu
 	case <-deadline.C:
 		f.mu.Lock()
 		delete(f.pending, inv.id)
-		f.timedOut++
 		f.mu.Unlock()
 		_ = p.cmd.Process.Kill()
 		<-p.exited
@@ -327,21 +318,4 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
-}
-
-// BuildAll compiles several main packages (e.g. "./functions/get", relative
-// to dir) into outDir/<last path element> in one go command, for this
-// machine, with the lambda.norpc tag.
-func BuildAll(dir, outDir string, pkgs ...string) error {
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return err
-	}
-	args := append([]string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w", "-o", outDir + string(os.PathSeparator)}, pkgs...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
-	}
-	return nil
 }
