@@ -199,9 +199,11 @@ func checkFunctions(tpl *template.Template, names *template.Names) (string, *tem
 }
 
 // emulationGrace is how much longer than its timeout a function under
-// qemu-user runs before it is stopped: emulation makes the same code
-// several times slower, which is not the code's doing. The function still
-// sees its own deadline (Lambda-Runtime-Deadline-Ms).
+// qemu-user is given, and told as its deadline (Lambda-Runtime-Deadline-Ms):
+// emulation makes the same code several times slower, which is not the
+// code's doing. Told its bare timeout, an API function's first DynamoDB
+// call of a stack starting on a busy machine was cancelled at 10 s and
+// answered 503 (lambdaruntime's TestDeadlineHasTheGrace).
 func emulationGrace(argv []string) float64 {
 	if len(argv) > 1 {
 		return 3

@@ -94,9 +94,11 @@ type Config struct {
 	// (Lambda's is the code's folder).
 	Argv []string
 	Dir  string
-	// Grace stops an invocation only after Grace times the timeout (at
-	// least 1): more time for a slower machine or an emulator, while the
-	// function sees its own deadline.
+	// Grace gives an invocation Grace times the timeout (at least 1): more
+	// time for a slower machine or an emulator, which runs the same code
+	// several times slower. The function is told that deadline
+	// (Lambda-Runtime-Deadline-Ms), so its own calls are not cut short while
+	// the invocation still has time, and it is stopped when it passes it.
 	Grace float64
 }
 
@@ -283,7 +285,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		h := w.Header()
 		h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
-		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(f.timeout).UnixMilli(), 10))
+		h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(f.stopAfter).UnixMilli(), 10))
 		h.Set("Lambda-Runtime-Invoked-Function-Arn", f.arn)
 		if inv.trace != "" {
 			h.Set("Lambda-Runtime-Trace-Id", inv.trace)

@@ -3,6 +3,7 @@ package lambdaruntime_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,7 +14,13 @@ import (
 	"github.com/exactonce/exactonce/local/lambdaruntime"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(deadlineHelper) != "" {
+		deadlineBootstrap()
+		return
+	}
+	testkit.Main(m)
+}
 
 // TestBootstrapsServeTheContract runs the real create and consume binaries
 // (their main, config from the environment, cold start) as Lambda would,
