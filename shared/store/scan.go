@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,7 +113,7 @@ func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to
 				}
 				continue
 			}
-			if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 13 {
+			if rest, ok := strings.CutPrefix(pk, recordPrefix); ok && len(rest) > 13 {
 				r, err := DecodeRecord(item)
 				if err != nil {
 					st.Undecodable = append(st.Undecodable, pk)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,20 +129,13 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
 		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq},
 	}
-	if rest, ok := cutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
+	if rest, ok := strings.CutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
 		r.Ref = rest[:12]
 	}
 	if err != nil || r.Ref == "" || r.UseID == "" {
 		return nil, errors.Join(err, errors.New("store: malformed use record "+pk))
 	}
 	return r, nil
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return "", false
 }
 
 // putRecord writes the record of a call before its gate write, unless a
