@@ -55,9 +55,9 @@ type hotAction struct {
 // usesOutcomes adds the multi-use routes to requestsPerOutcome, each with
 // the requests it may take (usesLimits). A take is its call's record and
 // one gate write; the first take of an action on an instance also reads the
-// action (its create-time fields are then kept); a release is one gate
-// write and the stamp on the take's record; a keyed release reads the gate
-// and records itself first.
+// action (its create-time fields are then kept); a release reads the gate
+// (which take holds the use), stamps the take's record, then writes the
+// gate; a keyed release records itself before the stamp.
 func usesOutcomes(t *testing.T, env *testkit.Env, call func(route, outcome, method, path, body string, headers ...string) *testkit.Response) {
 	testkit.Do(t, nil, "POST", env.URL+"/actions", `{"actionId":"m1","userId":"u","maxUses":2,"releasable":true}`)
 	for _, u := range usesRows {
@@ -79,11 +79,11 @@ var usesRows = []struct {
 	{usesConsume, "used (useId d2: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d2"}`, nil, 2},
 	{usesConsume, "no_uses_left (record + gate)", "POST", "/actions/m1/consume", `{"useId":"d3"}`, nil, 2},
 	{usesConsume, "invalid_request (no useId on a multi-use action: the failed write tells)", "POST", "/actions/m1/consume", `{}`, nil, 1},
-	{usesRelease, "released (gate + the take's record)", "POST", "/actions/m1/uses/d1/release", ``, nil, 2},
-	{usesRelease, "released (keyed: a read of the gate + its record + gate + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, []string{"Idempotency-Key", "r2"}, 4},
+	{usesRelease, "released (a read of the gate + the take's record + gate)", "POST", "/actions/m1/uses/d1/release", ``, nil, 3},
+	{usesRelease, "released (keyed: a read of the gate + its record + the take's record + gate)", "POST", "/actions/m1/uses/d2/release", ``, []string{"Idempotency-Key", "r2"}, 4},
 	{usesRelease, "replayed (keyed re-send: a read of the gate + its record + the take's record)", "POST", "/actions/m1/uses/d2/release", ``, []string{"Idempotency-Key", "r2"}, 3},
-	{usesRelease, "use_not_found (released already: the gate)", "POST", "/actions/m1/uses/d1/release", ``, nil, 1},
-	{usesRelease, "use_not_found (never taken: the gate)", "POST", "/actions/m1/uses/nobody/release", ``, nil, 1},
+	{usesRelease, "use_not_found (released already: a read of the gate)", "POST", "/actions/m1/uses/d1/release", ``, nil, 1},
+	{usesRelease, "use_not_found (never taken: a read of the gate)", "POST", "/actions/m1/uses/nobody/release", ``, nil, 1},
 	{usesRelease, "not_releasable (a single-use action: its read)", "POST", "/actions/r1/uses/d1/release", ``, nil, 1},
 	{usesConsume, "used (useId d4, after the releases: record + gate)", "POST", "/actions/m1/consume", `{"useId":"d4"}`, nil, 2},
 	{"GET /actions/{actionId}", "ok (a multi-use action: GetItem + its gates)", "GET", "/actions/m1", "", nil, 2},

@@ -271,6 +271,13 @@ func (p *Proxy) PassThenDrop(pass, drop int) { p.passThen(pass, drop, dropAfter)
 // applied), as an MRSC table answers a write racing one from another Region.
 func (p *Proxy) PassThenConflict(pass, conflicts int) { p.passThen(pass, conflicts, conflict) }
 
+// PassThenFail plans the next matching requests, whatever the rates: pass
+// of them are answered normally, then fail are answered 500
+// InternalServerError without being forwarded (nothing applied): a write
+// that fails after the one before it landed (the SDK's retries included,
+// when fail covers its attempts).
+func (p *Proxy) PassThenFail(pass, fail int) { p.passThen(pass, fail, serverError) }
+
 // passThen plans pass requests answered normally, then n with fault f.
 func (p *Proxy) passThen(pass, n int, f fault) {
 	p.mu.Lock()

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/eventbus"
 	"github.com/exactonce/exactonce/local/faults"
+	"github.com/exactonce/exactonce/local/server"
 )
 
 // useEventIDs are the ids of the action.used and action.use_released
@@ -89,4 +92,48 @@ func TestRepublishUses(t *testing.T) {
 		}
 	}
 	t.Logf("republish rebuilt %d use events (%d had been lost), the delivered ones under their ids: %s", len(all), len(all)-len(delivered), r.Raw)
+}
+
+// TestRepublishSkipsAReleaseThatFailed: a release stamps the take's record
+// before its gate write frees the use; when that write fails (the call
+// answers 503) the use is still held. Republishing the window rebuilds the
+// use's action.used and no action.use_released: a stamp on a take's record
+// is a release only once the entry has left its gate.
+func TestRepublishSkipsAReleaseThatFailed(t *testing.T) {
+	db, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 6, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	withEvents := scaled(t, func(bus string) string { return bus })
+	env := testkit.NewEnv(t, func(o *server.Options) {
+		withEvents(o)
+		o.AWS.BaseEndpoint = aws.String(db.URL)
+	})
+	from := time.Now().Add(-time.Second).UTC()
+	if r := testkit.Do(t, nil, "POST", env.URL+"/actions", `{"actionId":"lic","userId":"acme","maxUses":2,"releasable":true}`); r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	if r := testkit.Do(t, nil, "POST", env.URL+"/actions/lic/consume", `{"useId":"dev"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	db.PassThenFail(1, 3) // the stamp lands; the gate write and the SDK's 2 retries of it fail
+	if r := testkit.Do(t, nil, "POST", env.URL+"/actions/lic/uses/dev/release", ``); r.Status != 503 {
+		t.Fatalf("release with its gate write failing: %d %s", r.Status, r.Raw)
+	}
+	db.PassThenFail(0, 0)
+	env.Settled(t)
+	r := testkit.Do(t, nil, "POST", env.URL+"/_local/republish",
+		fmt.Sprintf(`{"from":%q,"to":%q,"segments":2}`, from.Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano)))
+	if r.Status != 200 {
+		t.Fatalf("republish: %s", r.Raw)
+	}
+	env.Settled(t)
+	kinds := map[string]int{}
+	for _, what := range useEventIDs(localEvents(t, env)) {
+		kinds[what]++
+	}
+	if kinds["action.used dev"] != 1 || kinds["action.use_released dev"] != 0 {
+		t.Fatalf("use events after republish: %v, want one action.used of dev and no action.use_released", kinds)
+	}
 }

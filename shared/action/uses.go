@@ -193,8 +193,11 @@ type UseRecord struct {
 	// entry's; a release sets both on its take's record and its own.
 	UsedAt     time.Time
 	ReleasedAt time.Time
-	// Release is the write of the release that freed a take's use.
-	Release Write
+	// Release is the write of the release that frees a take's use, and
+	// ReleaseRef that call's record name: a release stamps the take's record
+	// before its gate write frees the entry.
+	Release    Write
+	ReleaseRef string
 }
 
 // OutcomeOK is the Outcome of a call that succeeded.

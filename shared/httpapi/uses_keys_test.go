@@ -3,9 +3,11 @@ package httpapi_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
 )
 
 // TestKeyedReleaseResentAfterRetake: two keyed releases of one use race;
@@ -97,5 +99,124 @@ func TestKeyedTakeKeepsItsFirstAnswer(t *testing.T) {
 	}
 	if r := do(t, env, "POST", "/actions/kf/consume", `{"useId":"other"}`, "Idempotency-Key", "C"); r.Status != 422 {
 		t.Fatalf("C with another body: %d %s", r.Status, r.Raw)
+	}
+}
+
+// TestKeyedTakeResentAfterAFailedRelease: a release fails half way (DynamoDB
+// is down from one of its writes on: the call answers 503), then the take
+// of that use is re-sent with its key. The re-send replays its first answer
+// (same usedAt, Idempotent-Replayed) and takes no second use, whichever
+// write failed; the release sent again then frees the use, and the take
+// re-sent once more still replays. With the gate written before the take's
+// record was stamped, a release stopped between the two left a take that
+// looked as if it had never landed: its re-send took a second use (a new
+// usedAt, no replay), for every unkeyed case below.
+func TestKeyedTakeResentAfterAFailedRelease(t *testing.T) {
+	t.Parallel()
+	var writes, failAt atomic.Int32
+	var proxy *faults.Proxy
+	env, proxy := hooked(t, func(n int32) {
+		writes.Store(n)
+		if n == failAt.Load() {
+			proxy.Down(true)
+		}
+	})
+	cases := []struct {
+		name string
+		key  string // the release's Idempotency-Key ("": none)
+		fail int32  // which of the release's writes fails
+	}{
+		{"unkeyed, first write", "", 1},
+		{"unkeyed, second write", "", 2},
+		{"keyed, first write", "rel", 1},
+		{"keyed, second write", "rel", 2},
+		{"keyed, third write", "rel", 3},
+	}
+	for i, c := range cases {
+		id := fmt.Sprintf("tr%d", i)
+		create(t, env, `{"actionId":"`+id+`","userId":"u","maxUses":2,"releasable":true}`)
+		take := func() *testkit.Response {
+			return do(t, env, "POST", "/actions/"+id+"/consume", `{"useId":"dev"}`, "Idempotency-Key", id+"-take")
+		}
+		release := func() *testkit.Response {
+			if c.key == "" {
+				return do(t, env, "POST", "/actions/"+id+"/uses/dev/release", ``)
+			}
+			return do(t, env, "POST", "/actions/"+id+"/uses/dev/release", ``, "Idempotency-Key", id+"-"+c.key)
+		}
+		held := func() float64 { return do(t, env, "GET", "/actions/"+id, "").Body["usesHeld"].(float64) }
+		first := take()
+		if first.Status != 200 {
+			t.Fatalf("%s: take: %s", c.name, first.Raw)
+		}
+		failAt.Store(writes.Load() + c.fail)
+		failed := release()
+		proxy.Down(false)
+		failAt.Store(0)
+		if failed.Status != 503 {
+			t.Fatalf("%s: the release with DynamoDB down from its write %d answered %d %s", c.name, c.fail, failed.Status, failed.Raw)
+		}
+		before := held()
+		replays := func(when string) {
+			again := take()
+			if again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("%s: the take re-sent %s: %d %s (replayed %q); first %s", c.name, when, again.Status, again.Raw, again.Header.Get("Idempotent-Replayed"), first.Raw)
+			}
+		}
+		replays("after the failed release")
+		if h := held(); h != before {
+			t.Errorf("%s: %v uses held after the take was re-sent, %v before", c.name, h, before)
+		}
+		r := release()
+		if r.Status != 200 && !(c.key == "" && r.Status == 404) || held() != 0 {
+			t.Errorf("%s: the release sent again: %d %s, %v held", c.name, r.Status, r.Raw, held())
+		}
+		replays("after the release")
+		if h := held(); h != 0 {
+			t.Errorf("%s: %v uses held after the take was re-sent after the release", c.name, h)
+		}
+	}
+}
+
+// TestKeyedTakeResentDuringARelease: the take of a use is re-sent with its
+// key while the use is being released, many times over. Every re-send
+// replays the take's first answer and none takes a second use: with the
+// gate written before the take's record was stamped, a re-send that came
+// between the two writes took one.
+func TestKeyedTakeResentDuringARelease(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	const trials = 50
+	retaken := 0
+	for trial := range trials {
+		id := fmt.Sprintf("rd%d", trial)
+		create(t, env, `{"actionId":"`+id+`","userId":"u","maxUses":2,"releasable":true}`)
+		take := func() (*testkit.Response, error) {
+			return testkit.Send(client, "POST", env.URL+"/actions/"+id+"/consume", `{"useId":"dev"}`, "Idempotency-Key", id+"-take")
+		}
+		first, err := take()
+		if err != nil || first.Status != 200 {
+			t.Fatalf("take: %v %v", first, err)
+		}
+		var again [3]*testkit.Response
+		var rel *testkit.Response
+		var wg sync.WaitGroup
+		wg.Go(func() { rel, _ = testkit.Send(client, "POST", env.URL+"/actions/"+id+"/uses/dev/release", ``) })
+		for k := range again {
+			wg.Go(func() { again[k], _ = take() })
+		}
+		wg.Wait()
+		bad := rel == nil || rel.Status != 200
+		for _, r := range again {
+			bad = bad || r == nil || r.Raw != first.Raw || r.Header.Get("Idempotent-Replayed") != "true"
+		}
+		if h := do(t, env, "GET", "/actions/"+id, "").Body["usesHeld"]; h != 0.0 || bad {
+			retaken++
+			t.Logf("trial %d: release %v, re-sends %v, %v held", trial, rel, again, h)
+		}
+	}
+	t.Logf("%d of %d trials: a take re-sent during its use's release did not replay, or took a use again", retaken, trials)
+	if retaken > 0 {
+		t.Fail()
 	}
 }

@@ -111,9 +111,10 @@ func (req Request) window(now time.Time) (from, to time.Time, total int, segment
 
 // useEntries rebuilds the events of the uses in a page: a held use taken
 // in the window (its action.used), a released one taken or released in it
-// (its action.used, its action.use_released), with one read of the actions
-// and take records they need.
-func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to time.Time) ([]*publish.Entry, error) {
+// (its action.used, its action.use_released: a take record stamped by a
+// release whose use has left its gate), with one read of the actions and
+// take records they need, and one of the released uses' gates.
+func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, now time.Time) ([]*publish.Entry, error) {
 	if len(w.Held) == 0 && len(w.Released) == 0 {
 		return nil, nil
 	}
@@ -126,7 +127,12 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to t
 	for _, rr := range w.Released {
 		items = append(items, rr.ItemKey)
 	}
-	as, rs, err := store.New(r.DB, r.Table, store.Options{}).ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
+	st := store.New(r.DB, r.Table, store.Options{})
+	as, rs, err := st.ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
+	if err != nil {
+		return nil, err
+	}
+	released, err := st.Released(ctx, as, w.Released, now)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +149,7 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to t
 		}
 		out = append(out, es...)
 	}
-	for _, rr := range w.Released {
+	for _, rr := range released {
 		a := as[rr.ItemKey]
 		if a == nil {
 			continue
@@ -199,7 +205,7 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 						entries = append(entries, e)
 					}
 				}
-				uses, err := r.useEntries(ctx, w, from, to)
+				uses, err := r.useEntries(ctx, w, from, to, start)
 				if err != nil {
 					return err
 				}

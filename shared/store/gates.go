@@ -185,7 +185,7 @@ func strOf(s *types.AttributeValueMemberS, ok bool) string {
 
 // A forward is "gate/ms": the gate that holds the useId's use, and when the
 // forward was written (a forward whose gate never got the entry is stale
-// after forwardPatience).
+// after callPatience).
 func forward(f action.Forward) string {
 	return strconv.Itoa(f.Gate) + "/" + strconv.FormatInt(f.At.UnixMilli(), 10)
 }
@@ -197,10 +197,12 @@ func parseForward(s string) (int, time.Time, bool) {
 	return i, time.UnixMilli(ms).UTC(), ok && err1 == nil && err2 == nil
 }
 
-// forwardPatience is how long a forward may point at a gate that does not
-// hold the use yet (its take is between its two writes) before another
-// take of the useId treats it as left by a take that stopped.
-const forwardPatience = 30 * time.Second
+// callPatience is how long a call may stay between its two writes (a
+// take's forward and its entry, a release's stamp and its gate write)
+// before another call of the same useId treats it as stopped. An API
+// function lives at most its timeout (10 s), so a call that stayed this
+// long is not coming back.
+const callPatience = 30 * time.Second
 
 // gateWrite runs one conditional UpdateItem on gate i of the action with
 // item key itemKey: the expression builder's update and condition. It
@@ -652,3 +654,62 @@ func (st *Store) ReadUseContext(ctx context.Context, itemKeys []string, records 
 
 // RecordKey names a use record: its action's item key and its name.
 type RecordKey struct{ ItemKey, Ref string }
+
+// Released keeps, of recs (take records stamped by a release, with their
+// actions as), those whose use has left its gate: a release stamps the
+// take's record before its gate write, so a stamped record whose entry is
+// still held is a release that has not freed it (yet, or ever: its write
+// failed). It reads each use's home gate and, where one forwards it, the
+// gate it names (BatchGetItems of 100).
+func (st *Store) Released(ctx context.Context, as map[string]*action.Action, recs []ReleasedRecord, now time.Time) ([]ReleasedRecord, error) {
+	where := make([]string, len(recs)) // the gate to read for each record
+	for k, r := range recs {
+		if a := as[r.ItemKey]; a != nil && a.MultiUse() {
+			where[k] = gateKey(r.ItemKey, action.HomeGate(action.UseToken(r.Record.UseID), action.Gates(a.MaxUses)))
+		}
+	}
+	held := make([]bool, len(recs))
+	for range 2 { // the home gates, then the gates they forward to
+		var keys []string
+		var of []int
+		for k, w := range where {
+			if w != "" {
+				keys, of = append(keys, w), append(of, k)
+			}
+		}
+		if len(keys) == 0 {
+			break
+		}
+		items, err := st.readItems(ctx, keys, nil)
+		if err != nil {
+			return nil, err
+		}
+		for i, it := range items {
+			k := of[i]
+			where[k] = ""
+			if it == nil {
+				continue
+			}
+			g, err := DecodeGate(it)
+			if err != nil {
+				return nil, err
+			}
+			a, tok := as[recs[k].ItemKey], action.UseToken(recs[k].Record.UseID)
+			if !g.Live(a.CreatedAt, now) {
+				continue
+			}
+			if e, ok := g.Entries[tok]; ok {
+				held[k] = e.Ref == recs[k].Record.Ref
+			} else if f, ok := g.Forwards[tok]; ok && f.Gate != g.Index {
+				where[k] = gateKey(recs[k].ItemKey, f.Gate)
+			}
+		}
+	}
+	out := recs[:0:0]
+	for k, r := range recs {
+		if !held[k] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

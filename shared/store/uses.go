@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/exactonce/exactonce/internal/backoff"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -36,6 +35,7 @@ const (
 	rUseID      = "u"
 	rUsedAt     = "ua"
 	rReleasedAt = "ra"
+	rRelRef     = "rx"
 )
 
 // recordItem is a use record (what one take or release call did) as
@@ -57,6 +57,7 @@ type recordItem struct {
 	RelKey      string `dynamodbav:"rk,omitempty"`
 	RelFP       string `dynamodbav:"rf,omitempty"`
 	RelReq      string `dynamodbav:"rr,omitempty"`
+	RelRef      string `dynamodbav:"rx,omitempty"` // the releasing call's record name
 	TTL         int64  `dynamodbav:"ttl,omitempty"`
 }
 
@@ -127,7 +128,7 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 		Write:       action.Write{Key: ri.Key, Fingerprint: ri.Fingerprint, RequestID: ri.RequestID},
 		RequestedAt: fromMs(ri.RequestedAt), Outcome: action.Code(ri.Outcome), Of: ri.Of,
 		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
-		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq},
+		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq}, ReleaseRef: ri.RelRef,
 	}
 	if rest, ok := strings.CutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
 		r.Ref = rest[:12]
@@ -292,7 +293,15 @@ func (st *Store) resolveTake(ctx context.Context, a *action.Action, r *action.Us
 		ans.UsedAt = e.At
 		return true, ans, nil
 	}
-	return false, nil, nil
+	// Not in its gate: a release stamps the take's record before the entry
+	// leaves, so the record read again now says whether it was released
+	// since the first read; if not, the call's gate write never landed.
+	again, err := st.record(ctx, a, r.Ref)
+	if err != nil || again == nil || again.ReleasedAt.IsZero() {
+		return false, nil, err
+	}
+	ans.UsedAt = again.UsedAt
+	return true, ans, nil
 }
 
 // ReplayedError is the refusal a keyed call got when it was first sent,
@@ -514,8 +523,9 @@ func (st *Store) findUse(ctx context.Context, a *action.Action, tok string, now 
 	return e, err
 }
 
-// locate returns the entry holding the useId's use and its gate, or nil.
-func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, int, error) {
+// locate returns the entry holding the useId's use and the gate that holds
+// it (as read: its state, its clock and that entry), or nil.
+func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, *action.Gate, error) {
 	gates := action.Gates(a.MaxUses)
 	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
 	for off, n := 0, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
@@ -528,41 +538,41 @@ func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now t
 		}
 		gs, err := st.probeGates(ctx, a, idx, tok, now)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
-		for k, g := range gs {
+		for _, g := range gs {
 			switch {
 			case g == nil:
-				return nil, 0, nil // a gate nothing was written to: the search ends here
+				return nil, nil, nil // a gate nothing was written to: the search ends here
 			case a.Releasable:
 				if e, ok := g.Entries[tok]; ok {
-					return &e, idx[k], nil
+					return &e, g, nil
 				}
 				f, ok := g.Forwards[tok]
 				if !ok {
-					return nil, 0, nil
+					return nil, nil, nil
 				}
 				dg, err := st.probeGates(ctx, a, []int{f.Gate}, tok, now)
 				if err != nil || dg[0] == nil {
-					return nil, 0, err
+					return nil, nil, err
 				}
 				if e, ok := dg[0].Entries[tok]; ok {
-					return &e, f.Gate, nil
+					return &e, dg[0], nil
 				}
-				return nil, 0, nil
+				return nil, nil, nil
 			}
 			if e, ok := g.Entries[tok]; ok {
-				return &e, idx[k], nil
+				return &e, g, nil
 			}
 			if !g.Full() {
-				return nil, 0, nil
+				return nil, nil, nil
 			}
 		}
 		if a.Releasable {
 			break
 		}
 	}
-	return nil, 0, nil
+	return nil, nil, nil
 }
 
 // placeForwarded takes a use of a releasable action whose home gate hg is
@@ -598,7 +608,7 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 					return &held, nil
 				}
 			}
-			if now.Sub(f.At) < forwardPatience && time.Since(f.At) < forwardPatience {
+			if now.Sub(f.At) < callPatience && time.Since(f.At) < callPatience {
 				time.Sleep(20 * time.Millisecond)
 			} else {
 				st.dropForward(ctx, a, home, tok, forward(f))
@@ -710,13 +720,18 @@ type Released struct {
 	Replayed   bool
 }
 
-// Release frees r.UseID's use with ONE conditional write on the gate that
-// holds it (the useId's entry, the action open), then stamps the release on
-// the take's record (for later answers and republish): 2 writes. A keyed
-// call first reads the gate and records what it is about to release, so
-// the same key re-sent, even after the useId took a use again, replays
-// instead of freeing that use: a read and 3 writes. A useId that holds no
-// use answers use_not_found.
+// Release frees r.UseID's use. It reads where the use is (the gate that
+// holds the useId's entry, which names the take holding it), stamps the
+// release on that take's record, then frees the entry with ONE conditional
+// write on the gate. The stamp comes first, so an entry never leaves its
+// gate before its take's record says so: a take re-sent with its key then
+// always finds out that its use was released, and never takes another (a
+// release that stopped between a gate write made first and its stamp left
+// a take that looked as if it had never landed). A keyed call records which
+// take it releases before the stamp, so the same key re-sent, even after
+// the useId took a use again, replays instead of freeing that use. Costs:
+// a read and 2 writes (2 write units); a keyed call 3 writes. A useId that
+// holds no use answers use_not_found.
 func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, error) {
 	now := action.Millis(r.Now)
 	a, err := st.multiUse(ctx, r.Tenant, id, now, false)
@@ -730,56 +745,63 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	keyed := r.Write.Key != ""
 	r.Write = named(r.Write)
 	ref := action.RefHash(action.UseRef(action.OpRelease, r.Write))
-	var want *action.Entry
+	e, g, err := st.locate(ctx, a, tok, now)
+	if err != nil {
+		return nil, err
+	}
+	resumed := false
 	if keyed {
-		e, err := st.findUse(ctx, a, tok, now)
-		if err != nil {
-			return nil, err
-		}
 		rec := &action.UseRecord{Ref: ref, Op: action.OpRelease, UseID: r.UseID, Write: r.Write, RequestedAt: now}
 		if e == nil {
 			rec.Outcome = action.CodeUseNotFound
 		} else {
-			rec.Of, rec.UsedAt, rec.ReleasedAt = e.Ref, e.At, now
+			rec.Of, rec.UsedAt = e.Ref, e.At
 		}
 		prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, err
-		case prior != nil:
+		}
+		if prior != nil {
 			at := action.Attempt{Now: now, Key: r.Write.Key, Fingerprints: r.Fingerprints, RequestID: r.Write.RequestID}
 			if _, err := action.Judge(prior, r.UseID, at); err != nil {
 				return nil, withAction(err, a)
 			}
-			done, ans, err := st.resolveRelease(ctx, a, prior, e)
-			if done || err != nil {
-				return ans, err
+			switch prior.Outcome {
+			case "":
+			case action.OutcomeOK: // a record of a release before stamps came first
+				return &Released{Action: a, UseID: prior.UseID, UsedAt: prior.UsedAt, ReleasedAt: prior.ReleasedAt, Replayed: true}, nil
+			default:
+				return nil, &ReplayedError{Err: action.Reject(prior.Outcome, a)}
 			}
-			e, now = &action.Entry{Ref: prior.Of, At: prior.UsedAt}, prior.ReleasedAt
-		case e == nil:
-			return nil, action.Reject(action.CodeUseNotFound, a)
+			want := action.Entry{Ref: prior.Of, At: prior.UsedAt}
+			if e == nil || *e != want {
+				// The use it released has left its gate: freed by this call,
+				// or by another first (this call found it made).
+				at, err := st.releasedAt(ctx, a, want.Ref, now)
+				if err != nil {
+					return nil, err
+				}
+				return &Released{Action: a, UseID: r.UseID, UsedAt: want.At, ReleasedAt: at, Replayed: true}, nil
+			}
+			resumed = true
 		}
-		want = e
 	}
-	e, relAt, err := st.free(ctx, a, tok, want, now)
-	if err != nil {
-		var freed *freedError
-		if keyed && errors.As(err, &freed) {
-			// Freed by another call between our read and our write: this
-			// call found it made.
-			return st.releasedByOther(ctx, a, ref, r.UseID, want, freed.At)
-		}
+	if e == nil {
+		return nil, action.Reject(action.CodeUseNotFound, a)
+	}
+	if err := action.GateRefusal(a, g, now); err != nil && !isCode(err, action.CodeNotActive) {
+		return nil, err // a release needs the action open and not expired, however early its activeAt
+	}
+	at, err := st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now)
+	var freed *freedError
+	switch {
+	case keyed && errors.As(err, &freed):
+		// Another call released it first: this call found it made.
+		return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: freed.At, Replayed: resumed}, nil
+	case err != nil:
 		return nil, err
 	}
-	if keyed && !relAt.Equal(now) {
-		if err := st.finishRecord(ctx, a, ref, "", e.Ref, e.At, relAt); err != nil {
-			return nil, err
-		}
-	}
-	if err := st.stampRelease(ctx, a, e.Ref, r.UseID, e.At, relAt, r.Write); err != nil {
-		return nil, err
-	}
-	return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: relAt}, nil
+	return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: at}, nil
 }
 
 // isCode reports whether err is a refusal with code c.
@@ -788,127 +810,90 @@ func isCode(err error, c action.Code) bool {
 	return errors.As(err, &r) && r.Code == c
 }
 
-// releasedByOther answers a keyed release whose use another call freed
-// first (at, when the gate still said when): success found made, with that
-// release's time, kept as the key's answer.
-func (st *Store) releasedByOther(ctx context.Context, a *action.Action, ref, useID string, want *action.Entry, at time.Time) (*Released, error) {
-	for try := 0; at.IsZero() && try < 10; try++ {
-		// The other release stamps the take's record right after its gate
-		// write.
-		take, err := st.record(ctx, a, want.Ref)
-		if err != nil {
-			return nil, err
-		}
-		if take != nil && !take.ReleasedAt.IsZero() {
-			at = take.ReleasedAt
-			break
-		}
-		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return nil, err
-		}
+// releasedAt is when the use of take ref was released, from the stamp on
+// its record (now when it has none: a release by a version that stamped
+// after its gate write).
+func (st *Store) releasedAt(ctx context.Context, a *action.Action, ref string, now time.Time) (time.Time, error) {
+	take, err := st.record(ctx, a, ref)
+	if err != nil || take == nil || take.ReleasedAt.IsZero() {
+		return now, err
 	}
-	if at.IsZero() {
-		at = action.Millis(time.Now()) // freed by then
-	}
-	if err := st.finishRecord(ctx, a, ref, action.OutcomeOK, want.Ref, want.At, at); err != nil {
-		return nil, err
-	}
-	return &Released{Action: a, UseID: useID, UsedAt: want.At, ReleasedAt: at}, nil
+	return take.ReleasedAt, nil
 }
 
-// resolveRelease answers a keyed release re-sent: from its record when
-// that has an outcome, or when the use it was releasing is gone from its
-// gate (held, the useId's entry this call read before writing its record:
-// freed by it, or by another call, found made). done is false when the use
-// is still held: the caller frees it.
-func (st *Store) resolveRelease(ctx context.Context, a *action.Action, r *action.UseRecord, held *action.Entry) (bool, *Released, error) {
-	ans := &Released{Action: a, UseID: r.UseID, UsedAt: r.UsedAt, ReleasedAt: r.ReleasedAt, Replayed: true}
-	switch r.Outcome {
-	case action.OutcomeOK:
-		return true, ans, nil
-	case "":
-	default:
-		return true, nil, &ReplayedError{Err: action.Reject(r.Outcome, a)}
-	}
-	if held != nil && held.Ref == r.Of {
-		return false, nil, nil
-	}
-	take, err := st.record(ctx, a, r.Of)
-	if err != nil {
-		return false, nil, err
-	}
-	if take != nil && take.Release.Key != r.Write.Key && !take.ReleasedAt.IsZero() {
-		ans.ReleasedAt = take.ReleasedAt // another call freed it first
-	}
-	return true, ans, nil
-}
-
-// free removes the useId's entry (want's, when set) from the gate that
-// holds it (its home gate, or the one its forward names), stamped with a
-// time later than every write that gate carried, and returns the entry
-// and that time. Precedence of refusals: no use held, canceled, expired.
-func (st *Store) free(ctx context.Context, a *action.Action, tok string, want *action.Entry, now time.Time) (*action.Entry, time.Time, error) {
+// releaseTake releases the use whose entry want is held in gate g and
+// returns its release time. It stamps the release (call ref, write w, a
+// time later than every write the gate carried) on the take's record, then
+// frees the entry with one conditional write on the gate at the stamp's
+// time (when the gate's clock got ahead meanwhile, the stamp is moved later
+// first: each move is conditional on the stamp it moves). A record stamped
+// by another call is that call's release: this call finishes it (a call
+// may have stopped between its two writes; both writing at once is one
+// release, at one time) and, the entry freed, found it made
+// (*freedError, with that call's time). Refusals: use_not_found (the
+// entry left its gate), canceled, expired.
+func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, want action.Entry, g *action.Gate, ref string, w action.Write, now time.Time) (time.Time, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
-	home := action.HomeGate(tok, action.Gates(a.MaxUses))
-	gi, viaForward := home, ""
-	for try := 0; try < maxGateTries; try++ {
-		entry := expression.Name(gEntry + tok)
-		held := expression.AttributeExists(entry)
-		if want != nil {
-			held = entry.Equal(expression.Value(encodeEntry(*want)))
+	s, err := st.stamp(ctx, a, want, after(g.Clock, now), ref, w, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	// done answers with the stamp on the take's record once the entry left
+	// its gate: this call's release, or another's.
+	done := func(s *action.UseRecord) (time.Time, error) {
+		if s.ReleaseRef == ref {
+			return s.ReleasedAt, nil
 		}
+		f := &freedError{Rejection: action.Reject(action.CodeUseNotFound, a), At: s.ReleasedAt}
+		if f.At.IsZero() {
+			f.At = now // freed by a version that stamped after its gate write, not yet stamped
+		}
+		return time.Time{}, f
+	}
+	for try := 0; try < maxGateTries; try++ {
+		at := s.ReleasedAt
+		entry := expression.Name(gEntry + tok)
 		upd := expression.Remove(entry).
 			Set(expression.Name(gHeld), expression.Name(gHeld).Minus(expression.Value(1))).
-			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{At: now}}))).
-			Set(expression.Name(gClock), expression.Value(now.UnixMilli()))
+			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{Ref: want.Ref, At: at}}))).
+			Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
 		// Open and not expired, however early its activeAt.
 		cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
 			And(expression.AttributeNotExists(expression.Name(gClosed))).
 			And(expression.Name(gExpires).GreaterThan(expression.Value(now.UnixMilli()))).
-			And(held).And(clockBefore(now))
-		was, old, failed, err := st.gateWrite(ctx, itemKey, gi, upd, cond, types.ReturnValueAllOld)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		if !failed {
-			if viaForward != "" {
-				st.dropForward(ctx, a, home, tok, viaForward)
+			And(entry.Equal(expression.Value(encodeEntry(want)))).And(clockBefore(at))
+		_, old, failed, err := st.gateWrite(ctx, itemKey, g.Index, upd, cond, types.ReturnValueNone)
+		switch {
+		case err != nil:
+			return time.Time{}, err
+		case !failed:
+			return done(s)
+		case old == nil || !old.Live(a.CreatedAt, now):
+			return time.Time{}, action.Reject(action.CodeUseNotFound, a)
+		case old.Entries[tok] != want:
+			// Left its gate since: by this call (its write re-sent by the
+			// SDK after it applied), or by another finishing its stamp.
+			if s, err = st.record(ctx, a, want.Ref); err != nil || s == nil {
+				return time.Time{}, errors.Join(err, ErrUnavailable)
 			}
-			if e, ok := was.Entries[tok]; ok {
-				return &e, now, nil
-			}
-			return nil, time.Time{}, ErrUnavailable // ALL_OLD lacked the entry the condition saw
-		}
-		if old == nil || !old.Live(a.CreatedAt, now) {
-			return nil, time.Time{}, action.Reject(action.CodeUseNotFound, a)
-		}
-		e, ok := old.Entries[tok]
-		if !ok {
-			if f, fwd := old.Forwards[tok]; fwd && gi == home {
-				gi, viaForward = f.Gate, forward(f)
-				continue
-			}
-			return nil, time.Time{}, freedBefore(a, old, tok)
-		}
-		if want != nil && e != *want {
-			return nil, time.Time{}, freedBefore(a, old, tok)
+			return done(s)
 		}
 		if err := action.GateRefusal(a, old, now); err != nil && !isCode(err, action.CodeNotActive) {
 			if old.Closed {
 				st.finishCancel(ctx, a, old)
 			}
-			return nil, time.Time{}, err
+			return time.Time{}, err
 		}
-		if !old.Clock.Before(now) {
-			now = after(old.Clock, now)
+		// The gate carried a later time since: the stamp moves after it.
+		if s, err = st.stamp(ctx, a, want, after(old.Clock, at), ref, w, s); err != nil {
+			return time.Time{}, err
 		}
 	}
-	return nil, time.Time{}, ErrUnavailable
+	return time.Time{}, ErrUnavailable
 }
 
-// freedError is use_not_found from a gate whose last release freed the
-// useId's use at At (zero when the gate's last release was another's).
+// freedError is use_not_found for a use another call released first, at At.
 type freedError struct {
 	*action.Rejection
 	At time.Time
@@ -916,25 +901,37 @@ type freedError struct {
 
 func (e *freedError) Unwrap() error { return e.Rejection }
 
-func freedBefore(a *action.Action, g *action.Gate, tok string) error {
-	f := &freedError{Rejection: action.Reject(action.CodeUseNotFound, a)}
-	if g.LastRelease == tok {
-		f.At = g.LastReleaseTime
+// stamp writes on the record of the take that holds entry e that call ref
+// (write w) releases its use at at, unless another call's stamp is there;
+// with was set, it moves the stamp was to at instead (whoever's it is), if
+// it is still there. It returns the stamp on the record after the write:
+// its time and its call (ReleasedAt, ReleaseRef).
+func (st *Store) stamp(ctx context.Context, a *action.Action, e action.Entry, at time.Time, ref string, w action.Write, was *action.UseRecord) (*action.UseRecord, error) {
+	ra, rx := expression.Name(rReleasedAt), expression.Name(rRelRef)
+	it := recordItem{UsedAt: ms(e.At), ReleasedAt: ms(at), RelKey: w.Key, RelFP: w.Fingerprint, RelReq: w.RequestID, RelRef: ref}
+	// A first stamp, or this call's re-sent by the SDK.
+	cond := expression.AttributeExists(expression.Name(rUseID)).
+		And(expression.AttributeNotExists(ra).Or(rx.Equal(expression.Value(ref)).And(ra.Equal(expression.Value(ms(at))))))
+	if was != nil {
+		it = recordItem{ReleasedAt: ms(at)}
+		cond = rx.Equal(expression.Value(was.ReleaseRef)).And(ra.Equal(expression.Value(ms(was.ReleasedAt))))
 	}
-	return f
-}
-
-// stampRelease records the release on the released take's record: its
-// usedAt and releasedAt, and the releasing call (for a re-sent keyed take,
-// republish and the take's key).
-func (st *Store) stampRelease(ctx context.Context, a *action.Action, takeRef, useID string, usedAt, releasedAt time.Time, w action.Write) error {
-	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Op: action.OpTake, Action: a.CreatedAt.UnixMilli(), UseID: useID,
-		UsedAt: ms(usedAt), ReleasedAt: ms(releasedAt), RelKey: w.Key, RelFP: w.Fingerprint, RelReq: w.RequestID, TTL: st.ttlOf(a)})
+	upd, err := setRecord(expression.UpdateBuilder{}, it)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, _, _, err = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), takeRef), upd, nil, types.ReturnValueNone)
-	return err
+	_, old, failed, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), e.Ref), upd, &cond, types.ReturnValueNone)
+	switch {
+	case err != nil:
+		return nil, err
+	case !failed && was != nil:
+		return &action.UseRecord{ReleasedAt: at, ReleaseRef: was.ReleaseRef}, nil
+	case !failed:
+		return &action.UseRecord{ReleasedAt: at, ReleaseRef: ref}, nil
+	case old == nil:
+		return nil, errors.New("store: the record of a held use's take is missing")
+	}
+	return DecodeRecord(old)
 }
 
 // record reads one use record of a (nil when there is none).
