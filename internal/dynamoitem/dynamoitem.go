@@ -99,8 +99,8 @@ type Updater interface {
 // ReturnValuesOnConditionCheckFailure=ALL_OLD). When the condition fails,
 // failed is true and old is the item the write saw (nil if there was none):
 // the same request tells why, no read follows. err is the SDK's error.
-func Update(ctx context.Context, db Updater, in *dynamodb.UpdateItemInput) (written, old map[string]types.AttributeValue, failed bool, err error) {
-	out, err := db.UpdateItem(ctx, in)
+func Update(ctx context.Context, db Updater, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (written, old map[string]types.AttributeValue, failed bool, err error) {
+	out, err := db.UpdateItem(ctx, in, opts...)
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &ccf):

@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
@@ -249,11 +251,44 @@ func (st *Store) exprWrite(ctx context.Context, pk string, upd expression.Update
 		in.ConditionExpression = e.Condition()
 		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	}
-	written, old, failed, err = dynamoitem.Update(ctx, st.db, in)
+	written, old, failed, err = dynamoitem.Update(ctx, st.db, in, resendCounter(ctx)...)
 	if err != nil {
 		return nil, nil, false, classifyErr(err)
 	}
 	return written, old, failed, nil
+}
+
+// countResends returns ctx with a counter of the attempts the SDK makes of
+// the writes made with it (exprWrite), after each write's first: a write
+// the SDK sent again after an answer that did not come (a throttle, a 5xx,
+// an answer lost) may have applied before.
+func countResends(ctx context.Context) (context.Context, *atomic.Int32) {
+	n := new(atomic.Int32)
+	return context.WithValue(ctx, resendsKey{}, n), n
+}
+
+type resendsKey struct{}
+
+// resendCounter is the SDK option that counts a write's re-sends into
+// ctx's counter (none without one).
+func resendCounter(ctx context.Context) []func(*dynamodb.Options) {
+	n, ok := ctx.Value(resendsKey{}).(*atomic.Int32)
+	if !ok {
+		return nil
+	}
+	return []func(*dynamodb.Options){func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			first := true
+			return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("exactonce.resends",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					if !first {
+						n.Add(1)
+					}
+					first = false
+					return next.HandleFinalize(ctx, in)
+				}), "Retry", middleware.After)
+		})
+	}}
 }
 
 // readGates reads gates idx of an action with strongly consistent reads
@@ -417,8 +452,8 @@ func (st *Store) countHeld(ctx context.Context, as []*action.Action, legacy func
 // written yet), before the cancel's own write, so no take or release
 // commits after the cancel; the cancel's details go with it, so a take
 // that finds a gate closed can finish a cancel that stopped half way. It
-// returns the latest usedAt of the uses the gates held: the cancel is
-// stamped after it.
+// returns the latest time a take or release the gates hold committed at:
+// the cancel is stamped after it.
 func (st *Store) closeGates(ctx context.Context, a *action.Action, c Cancel, ttl int64) (time.Time, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
 	info := map[string]types.AttributeValue{"r": s(c.Reason), "k": s(c.Write.Key), "f": s(c.Write.Fingerprint), "q": s(c.Write.RequestID)}
@@ -471,6 +506,7 @@ func (st *Store) closeGates(ctx context.Context, a *action.Action, c Cancel, ttl
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		latest = later(latest, g.Clock) // the last take or release it carried (a releasable action's)
 		for _, e := range g.Entries {
 			latest = later(latest, e.At)
 		}

@@ -392,6 +392,7 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 // the useId elsewhere); a closed, expired or pending gate is the refusal.
 func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string, e action.Entry, now time.Time) (*action.Entry, *action.Gate, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	ctx, resent := countResends(ctx)
 	for try := 0; ; try++ {
 		if try == maxGateTries {
 			return nil, nil, ErrUnavailable // the gate kept changing under us
@@ -416,6 +417,7 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 		if action.Closed(a, now) == nil {
 			cond = expression.AttributeNotExists(expression.Name(attrID)).Or(cond)
 		}
+		resent.Store(0)
 		_, old, failed, err := st.gateWrite(ctx, itemKey, i, upd, cond, types.ReturnValueNone)
 		switch {
 		case err != nil:
@@ -443,6 +445,19 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 		}
 		if held, ok := old.Entries[tok]; ok {
 			return &held, nil, nil
+		}
+		if a.Releasable && resent.Load() > 0 && !old.Clock.Before(e.At) {
+			// The SDK sent this write again, and the gate carried its time
+			// or a later one: it may have landed (its answer lost) and been
+			// released since, which the release stamped on the take's record
+			// before it freed the entry.
+			rec, err := st.record(ctx, a, e.Ref)
+			if err != nil {
+				return nil, nil, err
+			}
+			if rec != nil && !rec.ReleasedAt.IsZero() && rec.UsedAt.Equal(e.At) {
+				return &e, nil, nil
+			}
 		}
 		if err := action.GateRefusal(a, old, now); err != nil {
 			if old.Closed {
@@ -519,13 +534,14 @@ func clockBefore(at time.Time) expression.ConditionBuilder {
 
 // findUse returns the entry holding the useId's use now, or nil: reads only.
 func (st *Store) findUse(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, error) {
-	e, _, err := st.locate(ctx, a, tok, now)
+	e, _, _, err := st.locate(ctx, a, tok, now)
 	return e, err
 }
 
 // locate returns the entry holding the useId's use and the gate that holds
-// it (as read: its state, its clock and that entry), or nil.
-func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, *action.Gate, error) {
+// it (as read: its state, its clock and that entry), or nil; and the
+// forward the useId's home gate holds to that gate, when it followed one.
+func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, *action.Gate, string, error) {
 	gates := action.Gates(a.MaxUses)
 	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
 	for off, n := 0, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
@@ -538,41 +554,41 @@ func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now t
 		}
 		gs, err := st.probeGates(ctx, a, idx, tok, now)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 		for _, g := range gs {
 			switch {
 			case g == nil:
-				return nil, nil, nil // a gate nothing was written to: the search ends here
+				return nil, nil, "", nil // a gate nothing was written to: the search ends here
 			case a.Releasable:
 				if e, ok := g.Entries[tok]; ok {
-					return &e, g, nil
+					return &e, g, "", nil
 				}
 				f, ok := g.Forwards[tok]
 				if !ok {
-					return nil, nil, nil
+					return nil, nil, "", nil
 				}
 				dg, err := st.probeGates(ctx, a, []int{f.Gate}, tok, now)
 				if err != nil || dg[0] == nil {
-					return nil, nil, err
+					return nil, nil, "", err
 				}
 				if e, ok := dg[0].Entries[tok]; ok {
-					return &e, dg[0], nil
+					return &e, dg[0], forward(f), nil
 				}
-				return nil, nil, nil
+				return nil, nil, "", nil
 			}
 			if e, ok := g.Entries[tok]; ok {
-				return &e, g, nil
+				return &e, g, "", nil
 			}
 			if !g.Full() {
-				return nil, nil, nil
+				return nil, nil, "", nil
 			}
 		}
 		if a.Releasable {
 			break
 		}
 	}
-	return nil, nil, nil
+	return nil, nil, "", nil
 }
 
 // placeForwarded takes a use of a releasable action whose home gate hg is
@@ -745,7 +761,7 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	keyed := r.Write.Key != ""
 	r.Write = named(r.Write)
 	ref := action.RefHash(action.UseRef(action.OpRelease, r.Write))
-	e, g, err := st.locate(ctx, a, tok, now)
+	e, g, fwd, err := st.locate(ctx, a, tok, now)
 	if err != nil {
 		return nil, err
 	}
@@ -794,6 +810,10 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	}
 	at, err := st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now)
 	var freed *freedError
+	if fwd != "" && (err == nil || errors.As(err, &freed)) {
+		// Freed from the gate its home gate forwarded it to: the forward goes.
+		st.dropForward(ctx, a, action.HomeGate(tok, action.Gates(a.MaxUses)), tok, fwd)
+	}
 	switch {
 	case keyed && errors.As(err, &freed):
 		// Another call released it first: this call found it made.
@@ -822,76 +842,103 @@ func (st *Store) releasedAt(ctx context.Context, a *action.Action, ref string, n
 }
 
 // releaseTake releases the use whose entry want is held in gate g and
-// returns its release time. It stamps the release (call ref, write w, a
-// time later than every write the gate carried) on the take's record, then
-// frees the entry with one conditional write on the gate at the stamp's
-// time (when the gate's clock got ahead meanwhile, the stamp is moved later
-// first: each move is conditional on the stamp it moves). A record stamped
-// by another call is that call's release: this call finishes it (a call
-// may have stopped between its two writes; both writing at once is one
-// release, at one time) and, the entry freed, found it made
-// (*freedError, with that call's time). Refusals: use_not_found (the
-// entry left its gate), canceled, expired.
+// returns its release time. It stamps the release (call ref, write w) on
+// the take's record, then frees the entry with one conditional write on the
+// gate at the stamp's time. A record stamped by another call is that
+// call's release: this call finishes it (a call may have stopped between
+// its two writes; both writing at once is one release, at one time) and,
+// the entry freed, found it made (*freedError, with that call's time).
+// Every write to a releasable gate carries a later time than the one
+// before, so when the gate carried the stamp's time or a later one, the
+// stamp moves to now (or just after the gate's clock) first, each move
+// conditional on the stamp it moves; a stamp older than staleStamp (its
+// call stopped, or was slow) is first fenced off, the gate's clock carried
+// past it, so that no write at its time lands any more: a release is never
+// stamped long before it committed. Refusals: use_not_found (the entry
+// left its gate), canceled, expired.
 func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, want action.Entry, g *action.Gate, ref string, w action.Write, now time.Time) (time.Time, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	start := time.Now()
+	clock := func() time.Time { return action.Millis(now.Add(time.Since(start))) }
 	s, err := st.stamp(ctx, a, want, after(g.Clock, now), ref, w, nil)
 	if err != nil {
 		return time.Time{}, err
 	}
-	// done answers with the stamp on the take's record once the entry left
-	// its gate: this call's release, or another's.
+	lead := min(time.Since(start), time.Second) // how far ahead of now a moved stamp goes
+	// done answers with stamp s once the entry left its gate: this call's
+	// release, or another's.
 	done := func(s *action.UseRecord) (time.Time, error) {
 		if s.ReleaseRef == ref {
 			return s.ReleasedAt, nil
 		}
 		f := &freedError{Rejection: action.Reject(action.CodeUseNotFound, a), At: s.ReleasedAt}
 		if f.At.IsZero() {
-			f.At = now // freed by a version that stamped after its gate write, not yet stamped
+			f.At = clock() // freed by a version that stamped after its gate write, not yet stamped
 		}
 		return time.Time{}, f
 	}
-	for try := 0; try < maxGateTries; try++ {
-		at := s.ReleasedAt
-		entry := expression.Name(gEntry + tok)
-		upd := expression.Remove(entry).
-			Set(expression.Name(gHeld), expression.Name(gHeld).Minus(expression.Value(1))).
-			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{Ref: want.Ref, At: at}}))).
-			Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
-		// Open and not expired, however early its activeAt.
-		cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+	entry := expression.Name(gEntry + tok)
+	// Open and not expired, however early its activeAt, and want still held.
+	held := func(at time.Time) expression.ConditionBuilder {
+		return expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
 			And(expression.AttributeNotExists(expression.Name(gClosed))).
 			And(expression.Name(gExpires).GreaterThan(expression.Value(now.UnixMilli()))).
 			And(entry.Equal(expression.Value(encodeEntry(want)))).And(clockBefore(at))
-		_, old, failed, err := st.gateWrite(ctx, itemKey, g.Index, upd, cond, types.ReturnValueNone)
+	}
+	for try := 0; try < maxGateTries; try++ {
+		at := s.ReleasedAt
+		upd := expression.Remove(entry).
+			Set(expression.Name(gHeld), expression.Name(gHeld).Minus(expression.Value(1))).
+			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{Ref: want.Ref, At: at}}))).
+			Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
+		if fence := clock(); at.Before(fence.Add(-staleStamp)) {
+			// The fence: the gate's clock now, or nothing at the stamp's
+			// time may land (it would be a release stamped in the past).
+			at, upd = fence, expression.Set(expression.Name(gClock), expression.Value(fence.UnixMilli()))
+		}
+		_, old, failed, err := st.gateWrite(ctx, itemKey, g.Index, upd, held(at), types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return time.Time{}, err
-		case !failed:
+		case !failed && at.Equal(s.ReleasedAt):
 			return done(s)
+		case !failed: // fenced
+			old = &action.Gate{Clock: at}
 		case old == nil || !old.Live(a.CreatedAt, now):
 			return time.Time{}, action.Reject(action.CodeUseNotFound, a)
 		case old.Entries[tok] != want:
 			// Left its gate since: by this call (its write re-sent by the
-			// SDK after it applied), or by another finishing its stamp.
+			// SDK after it applied), or by another finishing the stamp.
 			if s, err = st.record(ctx, a, want.Ref); err != nil || s == nil {
 				return time.Time{}, errors.Join(err, ErrUnavailable)
 			}
 			return done(s)
-		}
-		if err := action.GateRefusal(a, old, now); err != nil && !isCode(err, action.CodeNotActive) {
-			if old.Closed {
-				st.finishCancel(ctx, a, old)
+		default:
+			if err := action.GateRefusal(a, old, now); err != nil && !isCode(err, action.CodeNotActive) {
+				if old.Closed {
+					st.finishCancel(ctx, a, old)
+				}
+				return time.Time{}, err
 			}
+		}
+		// The gate carries the stamp's time or a later one: the stamp moves,
+		// ahead of now by what the move takes (the gate write follows it,
+		// and the other writers of the gate stamp their writes with their
+		// now: behind it, a release would lose to them again and again).
+		t0 := time.Now()
+		if s, err = st.stamp(ctx, a, want, after(old.Clock, clock().Add(lead)), ref, w, s); err != nil {
 			return time.Time{}, err
 		}
-		// The gate carried a later time since: the stamp moves after it.
-		if s, err = st.stamp(ctx, a, want, after(old.Clock, at), ref, w, s); err != nil {
-			return time.Time{}, err
-		}
+		lead = min(time.Since(t0), time.Second)
 	}
 	return time.Time{}, ErrUnavailable
 }
+
+// staleStamp is how old a release's stamp may be when its gate write
+// lands: a stamp this old was left by a call that stopped between its two
+// writes (or that was slow), and is fenced off and moved to now.
+const staleStamp = time.Second
 
 // freedError is use_not_found for a use another call released first, at At.
 type freedError struct {
@@ -914,7 +961,8 @@ func (st *Store) stamp(ctx context.Context, a *action.Action, e action.Entry, at
 		And(expression.AttributeNotExists(ra).Or(rx.Equal(expression.Value(ref)).And(ra.Equal(expression.Value(ms(at))))))
 	if was != nil {
 		it = recordItem{ReleasedAt: ms(at)}
-		cond = rx.Equal(expression.Value(was.ReleaseRef)).And(ra.Equal(expression.Value(ms(was.ReleasedAt))))
+		cond = rx.Equal(expression.Value(was.ReleaseRef)).And(ra.Equal(expression.Value(ms(was.ReleasedAt)))).
+			And(expression.Name(rUsedAt).Equal(expression.Value(ms(e.At))))
 	}
 	upd, err := setRecord(expression.UpdateBuilder{}, it)
 	if err != nil {
