@@ -58,7 +58,7 @@ func sweeperCosts(t *testing.T, env *testkit.Env, n int) sweeperCost {
 	ctx := context.Background()
 	table := env.Table + "-sweep"
 	plain := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))
-	if err := store.CreateTable(ctx, plain, table); err != nil {
+	if err := store.CreateTable(ctx, plain, table, false); err != nil {
 		t.Fatal(err)
 	}
 	setup := store.New(plain, table, store.Options{})

@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/dynamodblocal"
@@ -110,15 +109,12 @@ const hotWithin = 10 * time.Minute
 // step calls when it ends. Nothing reads these steps' streams, and DynamoDB
 // Local reads a table's whole stream to describe it, on every write: after
 // the 100,000-use fill its one SQLite thread spent minutes per second of
-// takes in getStreamDescription (a jstack of the hot step that never ended).
+// takes in getStreamDescription (a jstack of the hot step that never ended;
+// store.CreateTable).
 func ownTable(t *testing.T, endpoint, name string) (string, func()) {
 	t.Helper()
 	db := dynamodb.NewFromConfig(awsconfig.Local(endpoint))
-	if err := store.CreateTable(context.Background(), db, name); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.UpdateTable(context.Background(), &dynamodb.UpdateTableInput{TableName: aws.String(name),
-		StreamSpecification: &types.StreamSpecification{StreamEnabled: aws.Bool(false)}}); err != nil {
+	if err := store.CreateTable(context.Background(), db, name, false); err != nil {
 		t.Fatal(err)
 	}
 	return name, func() {

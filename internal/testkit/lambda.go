@@ -47,7 +47,7 @@ func FakeSecretsManager(secret string, calls *atomic.Int32) *httptest.Server {
 // Under -short it skips t (DynamoDB).
 func LambdaEnv(t testing.TB, table string) ([]string, error) {
 	t.Helper()
-	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(awsconfig.Local(DynamoDB(t))), table); err != nil {
+	if err := store.CreateTable(context.Background(), dynamodb.NewFromConfig(awsconfig.Local(DynamoDB(t))), table, true); err != nil {
 		return nil, err
 	}
 	return []string{

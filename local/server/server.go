@@ -65,7 +65,8 @@ type Options struct {
 	// put a counting or fault-injecting transport in the path.
 	AWS *aws.Config
 	// Events runs the stream publisher on the table's stream, publishing to a
-	// local EventBridge (its events at GET /_local/events).
+	// local EventBridge (its events at GET /_local/events). Without it a
+	// table the server creates has no stream (nothing would read it).
 	Events bool
 	// EventLog receives one JSON line per published event (default os.Stdout).
 	EventLog io.Writer
@@ -125,7 +126,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		awsCfg = *o.AWS
 	}
 	db := dynamodb.NewFromConfig(awsCfg)
-	if err := store.CreateTable(ctx, db, o.Table); err != nil {
+	if err := store.CreateTable(ctx, db, o.Table, o.Events); err != nil {
 		return nil, err
 	}
 	tenants, err := tenant.Parse(o.Tenants)

@@ -37,7 +37,7 @@ func newTable(ctx context.Context, t *testing.T, name string) (aws.Config, *dyna
 	t.Helper()
 	cfg := awsconfig.Local(testkit.DynamoDB(t))
 	db := dynamodb.NewFromConfig(cfg)
-	if err := store.CreateTable(ctx, db, name); err != nil {
+	if err := store.CreateTable(ctx, db, name, true); err != nil {
 		t.Fatal(err)
 	}
 	return cfg, db

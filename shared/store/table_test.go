@@ -31,7 +31,7 @@ func TestCreateTableAddsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := store.CreateTable(ctx, db, "old"); err != nil {
+		if err := store.CreateTable(ctx, db, "old", true); err != nil {
 			t.Fatal(err)
 		}
 		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("old")})

@@ -30,7 +30,7 @@ func TestUnprocessedKeysAreAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := store.CreateTable(ctx, dynamodb.NewFromConfig(awsconfig.Local(endpoint)), "unprocessed"); err != nil {
+	if err := store.CreateTable(ctx, dynamodb.NewFromConfig(awsconfig.Local(endpoint)), "unprocessed", false); err != nil {
 		t.Fatal(err)
 	}
 	st := store.New(dynamodb.NewFromConfig(awsconfig.Local(p.URL)), "unprocessed", store.Options{})
