@@ -186,7 +186,7 @@ func TestKeyedTakeResentAfterAFailedRelease(t *testing.T) {
 func TestKeyedTakeResentDuringARelease(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
-	const trials = 50
+	trials := testkit.Scale(100)
 	retaken := 0
 	for trial := range trials {
 		id := fmt.Sprintf("rd%d", trial)
