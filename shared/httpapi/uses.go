@@ -92,9 +92,10 @@ func consumed(c *call, act *action.Action, v *View, headers map[string]string) (
 	return respond(http.StatusOK, v, headers), nil
 }
 
-// ReleaseUse handles POST /actions/{actionId}/uses/{useId}/release: one
-// conditional write on its gate frees the use. With an Idempotency-Key the
-// call is recorded first, so re-sending it replays its answer.
+// ReleaseUse handles POST /actions/{actionId}/uses/{useId}/release: the
+// release is stamped on the take's record, then one conditional write on
+// its gate frees the use (store.Release). With an Idempotency-Key the call
+// is recorded first, so re-sending it replays its answer.
 func (a *API) ReleaseUse(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return a.serve(ctx, RouteUseRelease, &ev, func(ctx context.Context, c *call) (events.APIGatewayV2HTTPResponse, error) {
 		id, err := pathID(&ev, c)

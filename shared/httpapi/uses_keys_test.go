@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
@@ -218,5 +219,54 @@ func TestKeyedTakeResentDuringARelease(t *testing.T) {
 	t.Logf("%d of %d trials: a take re-sent during its use's release did not replay, or took a use again", retaken, trials)
 	if retaken > 0 {
 		t.Fail()
+	}
+}
+
+// TestKeyedUseRefusalsReplay: a keyed take or release refused by what the
+// action is (not active yet, canceled, not releasable) keeps that refusal
+// as its key's answer: re-sent, it answers the same with
+// Idempotent-Replayed, and a take refused before activeAt takes nothing
+// when re-sent after it. (These refusals were worked out again on every
+// re-send, without the header, and the not_active take re-sent after
+// activeAt took a use.)
+func TestKeyedUseRefusalsReplay(t *testing.T) {
+	env := testkit.NewEnv(t)
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	create(t, env, `{"actionId":"kr-pending","userId":"u","maxUses":2,"activeAt":"`+future+`"}`)
+	create(t, env, `{"actionId":"kr-canceled","userId":"u","maxUses":2,"releasable":true}`)
+	create(t, env, `{"actionId":"kr-single","userId":"u"}`)
+	if r := do(t, env, "POST", "/actions/kr-canceled/consume", `{"useId":"dev"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	if r := do(t, env, "POST", "/actions/kr-canceled/cancel", `{}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	cases := []struct {
+		name, path, body string
+		status           int
+		code             string
+	}{
+		{"take before activeAt", "/actions/kr-pending/consume", `{"useId":"a"}`, 409, "not_active"},
+		{"take of a canceled action", "/actions/kr-canceled/consume", `{"useId":"b"}`, 410, "canceled"},
+		{"release on a canceled action", "/actions/kr-canceled/uses/dev/release", ``, 410, "canceled"},
+		{"release on a single-use action", "/actions/kr-single/uses/x/release", ``, 409, "not_releasable"},
+	}
+	first := make([]*testkit.Response, len(cases))
+	for i, c := range cases {
+		first[i] = do(t, env, "POST", c.path, c.body, "Idempotency-Key", fmt.Sprint("kr-", i))
+		if first[i].Status != c.status || first[i].Str("error") != c.code {
+			t.Fatalf("%s: %d %s, want %d %s", c.name, first[i].Status, first[i].Raw, c.status, c.code)
+		}
+	}
+	env.Shift(2 * time.Hour) // past kr-pending's activeAt
+	defer env.Shift(0)
+	for i, c := range cases {
+		again := do(t, env, "POST", c.path, c.body, "Idempotency-Key", fmt.Sprint("kr-", i))
+		if again.Status != c.status || again.Str("error") != c.code || again.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s re-sent: %d %s (replayed %q); first %s", c.name, again.Status, again.Raw, again.Header.Get("Idempotent-Replayed"), first[i].Raw)
+		}
+	}
+	if g := do(t, env, "GET", "/actions/kr-pending", ""); g.Body["usesHeld"] != 0.0 {
+		t.Errorf("the not_active take re-sent after activeAt took a use: %s", g.Raw)
 	}
 }

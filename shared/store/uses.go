@@ -216,17 +216,24 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 	if a.KeyID != "" && !slices.Contains(t.KeyIDs, a.KeyID) {
 		return nil, &action.UnknownKeyError{KeyID: a.KeyID}
 	}
-	if err := action.Closed(a, now); err != nil {
-		return nil, err // from the item: nothing to write
-	}
 	keyed := t.Write.Key != ""
+	closed := action.Closed(a, now)
+	if closed != nil && !keyed {
+		return nil, closed // from the item: nothing to write
+	}
 	t.Write = named(t.Write)
 	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
 		Write: t.Write, Reason: t.Reason, RequestedAt: now}
+	if closed != nil {
+		rec.Outcome = refusalCode(closed) // the key's answer, whatever the action is when it is sent again
+	}
 	tok := action.UseToken(t.UseID)
 	prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
 	if err != nil {
 		return nil, err
+	}
+	if prior == nil && closed != nil {
+		return nil, closed
 	}
 	if prior != nil {
 		at := action.Attempt{Now: now, Key: t.Write.Key, Fingerprints: t.Fingerprints, RequestID: t.Write.RequestID}
@@ -754,23 +761,30 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	if err != nil {
 		return nil, err
 	}
-	if !a.Releasable {
-		return nil, action.Reject(action.CodeNotReleasable, a)
-	}
 	tok := action.UseToken(r.UseID)
 	keyed := r.Write.Key != ""
+	if !a.Releasable && !keyed {
+		return nil, action.Reject(action.CodeNotReleasable, a)
+	}
 	r.Write = named(r.Write)
 	ref := action.RefHash(action.UseRef(action.OpRelease, r.Write))
-	e, g, fwd, err := st.locate(ctx, a, tok, now)
-	if err != nil {
-		return nil, err
+	var e *action.Entry
+	var g *action.Gate
+	var fwd string
+	if a.Releasable {
+		if e, g, fwd, err = st.locate(ctx, a, tok, now); err != nil {
+			return nil, err
+		}
 	}
 	resumed := false
 	if keyed {
 		rec := &action.UseRecord{Ref: ref, Op: action.OpRelease, UseID: r.UseID, Write: r.Write, RequestedAt: now}
-		if e == nil {
+		switch {
+		case !a.Releasable:
+			rec.Outcome = action.CodeNotReleasable
+		case e == nil:
 			rec.Outcome = action.CodeUseNotFound
-		} else {
+		default:
 			rec.Of, rec.UsedAt = e.Ref, e.At
 		}
 		prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
@@ -802,13 +816,17 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 			resumed = true
 		}
 	}
-	if e == nil {
+	switch {
+	case !a.Releasable:
+		return nil, action.Reject(action.CodeNotReleasable, a)
+	case e == nil:
 		return nil, action.Reject(action.CodeUseNotFound, a)
 	}
-	if err := action.GateRefusal(a, g, now); err != nil && !isCode(err, action.CodeNotActive) {
-		return nil, err // a release needs the action open and not expired, however early its activeAt
+	var at time.Time
+	err = action.GateRefusal(a, g, now) // a release needs the action open and not expired, however early its activeAt
+	if err == nil || isCode(err, action.CodeNotActive) {
+		at, err = st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now)
 	}
-	at, err := st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now)
 	var freed *freedError
 	if fwd != "" && (err == nil || errors.As(err, &freed)) {
 		// Freed from the gate its home gate forwarded it to: the forward goes.
@@ -818,6 +836,12 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	case keyed && errors.As(err, &freed):
 		// Another call released it first: this call found it made.
 		return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: freed.At, Replayed: resumed}, nil
+	case keyed && refusalCode(err) != "":
+		// Refused (canceled, expired): the key's answer for good.
+		if ferr := st.finishRecord(ctx, a, ref, refusalCode(err), "", time.Time{}, time.Time{}); ferr != nil {
+			return nil, ferr
+		}
+		return nil, err
 	case err != nil:
 		return nil, err
 	}
@@ -828,6 +852,16 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 func isCode(err error, c action.Code) bool {
 	var r *action.Rejection
 	return errors.As(err, &r) && r.Code == c
+}
+
+// refusalCode is the code of a refusal a call's record keeps as its
+// answer ("" for any other error: unavailable, internal, invalid).
+func refusalCode(err error) action.Code {
+	var r *action.Rejection
+	if errors.As(err, &r) && r.Code != action.CodeInternal {
+		return r.Code
+	}
+	return ""
 }
 
 // releasedAt is when the use of take ref was released, from the stamp on
