@@ -24,10 +24,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/exactonce/exactonce/idempotency"
 )
 
 // Client calls one ExactOnce deployment. It is safe for concurrent use.
@@ -166,7 +169,13 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 			return r, nil
 		}
 		apiErr := decodeError(r)
-		if !retryable(r.status) {
+		// in_progress after an attempt whose answer never came: that
+		// attempt is still running on the server; its answer comes to a
+		// retry once it ends.
+		// (The keys routes answer a caller's own lease back to its key:
+		// there in_progress is another holder's.)
+		ownRunning := last != nil && cl.key != "" && strings.HasPrefix(cl.path, "/actions/") && apiErr.Code == string(idempotency.CodeInProgress)
+		if !retryable(r.status) && !ownRunning {
 			return r, apiErr
 		}
 		last = apiErr

@@ -159,6 +159,7 @@ type Gate struct {
 type Forward struct {
 	Gate int
 	At   time.Time
+	Ref  string // the take that wrote it ("" in a forward written before forwards named it)
 }
 
 // Full reports whether g holds all the uses it can.
@@ -198,6 +199,11 @@ type UseRecord struct {
 	// before its gate write frees the entry.
 	Release    Write
 	ReleaseRef string
+	// Holder is the request id of the attempt of a keyed take in charge of
+	// it until HeldUntil: an attempt re-sent meanwhile, while the take is
+	// unresolved, is told to retry later instead of acting beside it.
+	Holder    string
+	HeldUntil time.Time
 }
 
 // OutcomeOK is the Outcome of a call that succeeded.

@@ -375,6 +375,7 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 	var rej *action.Rejection
 	var keyRej *idempotency.Rejection
 	var forbidden *errForbidden
+	var running *store.InProgressError
 	switch {
 	case errors.As(err, &forbidden):
 		c.outcome = string(action.CodeForbidden)
@@ -396,6 +397,12 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 			resp.Headers[HeaderReplayed] = "true"
 		}
 		return resp
+	case errors.As(err, &running):
+		// A keyed take re-sent while its first attempt runs: that attempt
+		// answers; the re-send, retried, gets its answer.
+		c.outcome = string(idempotency.CodeInProgress)
+		return respond(http.StatusConflict, keyErrorBody{Error: idempotency.CodeInProgress, Message: messageRunning,
+			LeaseExpiresAt: store.FormatTime(running.Until), RequestID: c.requestID}, map[string]string{"Retry-After": "1"})
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, errSecretBehind):
 		c.outcome = string(action.CodeUnavailable)
 		a.log.LogAttrs(ctx, slog.LevelWarn, "dependency unavailable", slog.String("requestId", c.requestID), slog.String("error", err.Error()))
@@ -405,6 +412,10 @@ func (a *API) render(ctx context.Context, err error, c *call) events.APIGatewayV
 	a.log.LogAttrs(ctx, slog.LevelError, "internal error", slog.String("requestId", c.requestID), slog.String("error", err.Error()))
 	return errorResponse(action.CodeInternal, c.requestID, nil)
 }
+
+// messageRunning is the message of a keyed call re-sent while its first
+// attempt runs.
+const messageRunning = "an earlier request with this Idempotency-Key is still running; retry after the given delay"
 
 // pathID reads and checks the {actionId} path parameter.
 func pathID(ev *events.APIGatewayV2HTTPRequest, c *call) (string, error) {

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -230,5 +231,150 @@ func TestReleaseBeforeTheCancelClosesItsGate(t *testing.T) {
 	canceled, err2 := time.Parse(time.RFC3339Nano, c.Str("canceledAt"))
 	if err1 != nil || err2 != nil || !released.Before(canceled) {
 		t.Fatalf("releasedAt %s is not before canceledAt %s", r.Str("releasedAt"), c.Str("canceledAt"))
+	}
+}
+
+// TestTakeAnswerLostThenReleasedAndTakenAgain: a keyed take's gate write
+// lands, its answer lost; before the SDK sends it again, the use is
+// released and the useId takes a use again under another key. The re-sent
+// write meets the new take's entry: the take answers the use it took (its
+// usedAt), and its record keeps that use, so republish makes only the
+// events the stream made. (The take used to answer as the new take, and
+// wrote the new take's usedAt on its record over its own: republish then
+// made an action.use_released the stream never did, with the id of the new
+// use's real release, which a de-duplicating subscriber then dropped.)
+func TestTakeAnswerLostThenReleasedAndTakenAgain(t *testing.T) {
+	t.Parallel()
+	var env *testkit.Env
+	var armed, writes atomic.Int32
+	var rel, retake atomic.Pointer[testkit.Response]
+	env, proxy := hooked(t, func(n int32) {
+		writes.Store(n)
+		if n != armed.Load() {
+			return
+		}
+		if r, err := testkit.Send(client, "POST", env.URL+"/actions/lr/uses/dev/release", ``, "Idempotency-Key", "lr-rel"); err == nil {
+			rel.Store(r)
+		}
+		if r, err := testkit.Send(client, "POST", env.URL+"/actions/lr/consume", `{"useId":"dev"}`, "Idempotency-Key", "lr-take-2"); err == nil {
+			retake.Store(r)
+		}
+	}, testkit.WithEvents)
+	create(t, env, `{"actionId":"lr","userId":"u","maxUses":2,"releasable":true}`)
+	if r := do(t, env, "POST", "/actions/lr/consume", `{"useId":"warm"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	from := time.Now().Add(-time.Second).UTC()
+	armed.Store(writes.Load() + 3) // +1 the record, +2 the gate write (answer lost), +3 the SDK's re-send
+	proxy.PassThenDrop(1, 1)
+	take := do(t, env, "POST", "/actions/lr/consume", `{"useId":"dev"}`, "Idempotency-Key", "lr-take-1")
+	r, rt := rel.Load(), retake.Load()
+	if take.Status != 200 || r == nil || r.Status != 200 || rt == nil || rt.Status != 200 {
+		t.Fatalf("take %s; release %v; take again %v", take.Raw, r, rt)
+	}
+	if take.Str("usedAt") != r.Str("usedAt") {
+		t.Errorf("the take's write took the use the release freed (usedAt %s), but the take answers usedAt %s (the next take's is %s)", r.Str("usedAt"), take.Str("usedAt"), rt.Str("usedAt"))
+	}
+	streamed := map[string]bool{}
+	for _, e := range useEventLines(t, env, "lr", 4) {
+		streamed[e] = true
+	}
+	if p := do(t, env, "POST", "/_local/republish", fmt.Sprintf(`{"from":%q,"to":%q}`, from.Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano))); p.Status != 200 {
+		t.Fatalf("republish: %s", p.Raw)
+	}
+	env.Settled(t)
+	for _, e := range useEventLines(t, env, "lr", 4) {
+		if !streamed[e] {
+			t.Errorf("republish made an event the stream never did: %s", e)
+		}
+	}
+}
+
+// useEventLines is useEvents of action id, one line each: type, useId,
+// times and event id.
+func useEventLines(t *testing.T, env *testkit.Env, id string, want int) []string {
+	t.Helper()
+	var out []string
+	for _, e := range useEvents(t, env, id, want) {
+		var d struct{ EventID, UseID, UsedAt, ReleasedAt string }
+		_ = json.Unmarshal(e.Detail, &d)
+		out = append(out, fmt.Sprintf("%s useId=%s usedAt=%s releasedAt=%s id=%s", e.DetailType, d.UseID, d.UsedAt, d.ReleasedAt, d.EventID))
+	}
+	return out
+}
+
+// TestReleaseNeverCommitsAfterExpiry: a release that began before the
+// action's expiresAt loses its gate write to a take (the gate's clock
+// passed its stamp) and is slow: its stamp moves past expiresAt, so it is
+// refused expired, and the use stays held as a GET after expiresAt saw it.
+// (It freed the use, released after the action expired.)
+func TestReleaseNeverCommitsAfterExpiry(t *testing.T) {
+	t.Parallel()
+	var writes atomic.Int32
+	p := newPause()
+	env, _ := hooked(t, func(n int32) { writes.Store(n); p.hookFn(n) })
+	defer p.resume()
+	create(t, env, `{"actionId":"ex","userId":"u","maxUses":3,"releasable":true,"expiresAt":"`+time.Now().Add(3*time.Second).UTC().Format(time.RFC3339Nano)+`"}`)
+	exp, _ := time.Parse(time.RFC3339Nano, do(t, env, "GET", "/actions/ex", "").Str("expiresAt"))
+	if r := do(t, env, "POST", "/actions/ex/consume", `{"useId":"dev"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	p.at.Store(writes.Load() + 2) // +1 the release's stamp, +2 its gate write
+	var rel *testkit.Response
+	var wg sync.WaitGroup
+	wg.Go(func() { rel = do(t, env, "POST", "/actions/ex/uses/dev/release", ``) })
+	<-p.reached
+	if r := do(t, env, "POST", "/actions/ex/consume", `{"useId":"mover"}`); r.Status != 200 { // the gate's clock passes the stamp
+		t.Fatal(r.Raw)
+	}
+	time.Sleep(time.Until(exp) + 300*time.Millisecond)
+	seen := do(t, env, "GET", "/actions/ex", "")
+	p.resume()
+	wg.Wait()
+	at, _ := time.Parse(time.RFC3339Nano, rel.Str("releasedAt"))
+	if rel.Status == 200 && !at.Before(exp) {
+		t.Errorf("released at %s, after the action expired at %s (a GET then saw it %s with %v held)", rel.Str("releasedAt"), exp.Format(time.RFC3339Nano), seen.Str("state"), seen.Body["usesHeld"])
+	}
+	if rel.Status != 200 && (rel.Status != 410 || rel.Str("error") != "expired") {
+		t.Errorf("release: %d %s; want 200 before expiresAt or 410 expired", rel.Status, rel.Raw)
+	}
+}
+
+// TestRefusedByACancelReplaysByteForByte: a keyed take and a keyed release
+// read the action before a cancel (the instance's copy) and are refused by
+// the gate the cancel closed: the refusal names canceledAt, and re-sent
+// with the key it answers the same body. (The first answer had no
+// canceledAt, the replay had one.)
+func TestRefusedByACancelReplaysByteForByte(t *testing.T) {
+	t.Parallel()
+	var env *testkit.Env
+	var armed, writes atomic.Int32
+	var id atomic.Value
+	env, _ = hooked(t, func(n int32) {
+		writes.Store(n)
+		if n == armed.Load() {
+			if r, err := testkit.Send(client, "POST", env.URL+"/actions/"+id.Load().(string)+"/cancel", `{}`); err != nil || r.Status != 200 {
+				t.Errorf("cancel: %v %v", r, err)
+			}
+		}
+	})
+	for _, c := range []struct{ name, path, body string }{
+		{"take", "/consume", `{"useId":"new"}`},
+		{"release", "/uses/dev/release", ``},
+	} {
+		a := "cr-" + c.name
+		id.Store(a)
+		create(t, env, `{"actionId":"`+a+`","userId":"u","maxUses":3,"releasable":true}`)
+		if r := do(t, env, "POST", "/actions/"+a+"/consume", `{"useId":"dev"}`); r.Status != 200 { // the action read (and kept)
+			t.Fatal(r.Raw)
+		}
+		armed.Store(writes.Load() + 1) // the call's record: the cancel runs before the call's next write
+		first := do(t, env, "POST", "/actions/"+a+c.path, c.body, "Idempotency-Key", a+"-key")
+		armed.Store(0)
+		again := do(t, env, "POST", "/actions/"+a+c.path, c.body, "Idempotency-Key", a+"-key")
+		if first.Status != 410 || first.Str("canceledAt") == "" ||
+			requestIDField.ReplaceAllString(again.Raw, "") != requestIDField.ReplaceAllString(first.Raw, "") {
+			t.Errorf("%s: first %d %s; re-sent %d %s", c.name, first.Status, first.Raw, again.Status, again.Raw)
+		}
 	}
 }

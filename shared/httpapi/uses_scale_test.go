@@ -122,7 +122,13 @@ func TestExactlyNUnderLostAnswers(t *testing.T) {
 					mu.Unlock()
 				case err == nil && r.Status == 409 && r.Str("error") == "no_uses_left":
 					full.Add(1)
-				case (err != nil || r.Status >= 500) && try < 30:
+				case (err != nil || r.Status >= 500 || r.Str("error") == "in_progress") && try < 30:
+					// A caller re-sends on a 5xx or a broken connection, and
+					// after a pause on in_progress (its attempt before still
+					// runs, or failed and could not say so).
+					if err == nil && r.Status == 409 {
+						time.Sleep(100 * time.Millisecond)
+					}
 					resent.Add(1)
 					continue
 				default:

@@ -35,12 +35,12 @@ func proxied(t *testing.T) (*testkit.Env, *faults.Proxy) {
 
 // hooked is an Env whose DynamoDB traffic crosses the fault proxy and then
 // a hook that sees every UpdateItem before it is forwarded (n counts them).
-func hooked(t *testing.T, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
-	return hookedOp(t, "UpdateItem", hook)
+func hooked(t *testing.T, hook func(n int32), opts ...func(*server.Options)) (*testkit.Env, *faults.Proxy) {
+	return hookedOp(t, "UpdateItem", hook, opts...)
 }
 
 // hookedOp is hooked for the requests of operation op.
-func hookedOp(t *testing.T, op string, hook func(n int32)) (*testkit.Env, *faults.Proxy) {
+func hookedOp(t *testing.T, op string, hook func(n int32), opts ...func(*server.Options)) (*testkit.Env, *faults.Proxy) {
 	t.Helper()
 	p, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 1, "UpdateItem")
 	if err != nil {
@@ -59,8 +59,8 @@ func hookedOp(t *testing.T, op string, hook func(n int32)) (*testkit.Env, *fault
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(hs.URL) })
-	return env, p
+	opts = append([]func(*server.Options){func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(hs.URL) }}, opts...)
+	return testkit.NewEnv(t, opts...), p
 }
 
 // TestTwoWritePathsStampTheirOwnTime (item 7): the write that makes the

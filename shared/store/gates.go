@@ -153,7 +153,7 @@ func DecodeGate(item map[string]types.AttributeValue) (*action.Gate, error) {
 			g.Entries[name[len(gEntry):]] = e
 		case strings.HasPrefix(name, gForward):
 			s, ok := v.(*types.AttributeValueMemberS)
-			i, at, ok2 := parseForward(strOf(s, ok))
+			f, ok2 := parseForward(strOf(s, ok))
 			if !ok || !ok2 {
 				d.Fail(name)
 				continue
@@ -161,7 +161,7 @@ func DecodeGate(item map[string]types.AttributeValue) (*action.Gate, error) {
 			if g.Forwards == nil {
 				g.Forwards = map[string]action.Forward{}
 			}
-			g.Forwards[name[len(gForward):]] = action.Forward{Gate: i, At: at}
+			g.Forwards[name[len(gForward):]] = f
 		}
 	}
 	g.Held = int(d.Num(gHeld))
@@ -185,18 +185,20 @@ func strOf(s *types.AttributeValueMemberS, ok bool) string {
 	return s.Value
 }
 
-// A forward is "gate/ms": the gate that holds the useId's use, and when the
+// A forward is "gate/ms/ref": the gate that holds the useId's use, when the
 // forward was written (a forward whose gate never got the entry is stale
-// after callPatience).
+// after callPatience) and the take that wrote it (forwards written before
+// they named it are "gate/ms").
 func forward(f action.Forward) string {
-	return strconv.Itoa(f.Gate) + "/" + strconv.FormatInt(f.At.UnixMilli(), 10)
+	return strconv.Itoa(f.Gate) + "/" + strconv.FormatInt(f.At.UnixMilli(), 10) + "/" + f.Ref
 }
 
-func parseForward(s string) (int, time.Time, bool) {
-	a, b, ok := strings.Cut(s, "/")
+func parseForward(s string) (action.Forward, bool) {
+	a, rest, ok := strings.Cut(s, "/")
+	b, ref, _ := strings.Cut(rest, "/")
 	i, err1 := strconv.Atoi(a)
 	ms, err2 := strconv.ParseInt(b, 10, 64)
-	return i, time.UnixMilli(ms).UTC(), ok && err1 == nil && err2 == nil
+	return action.Forward{Gate: i, At: time.UnixMilli(ms).UTC(), Ref: ref}, ok && err1 == nil && err2 == nil
 }
 
 // callPatience is how long a call may stay between its two writes (a

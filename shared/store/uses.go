@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -36,6 +37,9 @@ const (
 	rUsedAt     = "ua"
 	rReleasedAt = "ra"
 	rRelRef     = "rx"
+	rOutcome    = "o"
+	rHolder     = "hr"
+	rHeldUntil  = "hl"
 )
 
 // recordItem is a use record (what one take or release call did) as
@@ -58,6 +62,8 @@ type recordItem struct {
 	RelFP       string `dynamodbav:"rf,omitempty"`
 	RelReq      string `dynamodbav:"rr,omitempty"`
 	RelRef      string `dynamodbav:"rx,omitempty"` // the releasing call's record name
+	Holder      string `dynamodbav:"hr,omitempty"` // a keyed take: the request id of the attempt in charge
+	HeldUntil   int64  `dynamodbav:"hl,omitempty"` // until when
 	TTL         int64  `dynamodbav:"ttl,omitempty"`
 }
 
@@ -129,6 +135,7 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 		RequestedAt: fromMs(ri.RequestedAt), Outcome: action.Code(ri.Outcome), Of: ri.Of,
 		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
 		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq}, ReleaseRef: ri.RelRef,
+		Holder: ri.Holder, HeldUntil: fromMs(ri.HeldUntil),
 	}
 	if rest, ok := strings.CutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
 		r.Ref = rest[:12]
@@ -145,7 +152,8 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.UseRecord, ttl int64, now time.Time) (*action.UseRecord, error) {
 	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Op: rec.Op, Action: a.CreatedAt.UnixMilli(), UseID: rec.UseID, Reason: rec.Reason,
 		RequestedAt: ms(rec.RequestedAt), Key: rec.Write.Key, Fingerprint: rec.Write.Fingerprint, RequestID: rec.Write.RequestID,
-		Outcome: string(rec.Outcome), Of: rec.Of, UsedAt: ms(rec.UsedAt), ReleasedAt: ms(rec.ReleasedAt), TTL: ttl})
+		Outcome: string(rec.Outcome), Of: rec.Of, UsedAt: ms(rec.UsedAt), ReleasedAt: ms(rec.ReleasedAt), TTL: ttl,
+		Holder: rec.Holder, HeldUntil: ms(rec.HeldUntil)})
 	if err != nil {
 		return nil, err
 	}
@@ -161,15 +169,84 @@ func (st *Store) putRecord(ctx context.Context, a *action.Action, rec *action.Us
 }
 
 // finishRecord stores the outcome of a keyed call its record did not have
-// when it was written (a refusal, or a success found made): one write.
-func (st *Store) finishRecord(ctx context.Context, a *action.Action, ref string, outcome action.Code, of string, usedAt, releasedAt time.Time) error {
+// when it was written (a refusal, or a success found made): one write. A
+// take's (holder set) lands only while that attempt holds the record and
+// its use was never released: else another attempt took over, and the
+// call answers unavailable (re-sent, it gets the key's answer).
+func (st *Store) finishRecord(ctx context.Context, a *action.Action, ref, holder string, outcome action.Code, of string, usedAt, releasedAt time.Time) error {
 	upd, err := setRecord(expression.UpdateBuilder{}, recordItem{Outcome: string(outcome), Of: of, UsedAt: ms(usedAt), ReleasedAt: ms(releasedAt)})
 	if err != nil {
 		return err
 	}
-	_, _, _, err = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), upd, nil, types.ReturnValueNone)
+	var cond *expression.ConditionBuilder
+	if holder != "" {
+		c := expression.Name(rHolder).Equal(expression.Value(holder)).
+			And(expression.AttributeNotExists(expression.Name(rReleasedAt))).
+			And(expression.AttributeNotExists(expression.Name(rOutcome)).Or(expression.Name(rOutcome).Equal(expression.Value(string(outcome)))))
+		cond = &c
+	}
+	_, _, failed, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), upd, cond, types.ReturnValueNone)
+	if err == nil && failed {
+		err = fmt.Errorf("%w: a keyed take's attempt lost its record to another", ErrUnavailable)
+	}
 	return err
 }
+
+// hold puts the attempt me in charge of keyed take r, unresolved (its use
+// neither held nor released, no answer recorded): at once if it is me, or
+// if the attempt that held it let go or its hold lapsed (it stopped); else
+// another attempt is running, and the answer is in_progress until its hold
+// ends. One conditional write when it takes over.
+func (st *Store) hold(ctx context.Context, a *action.Action, r *action.UseRecord, me string, now time.Time) error {
+	if r.Holder == me {
+		return nil
+	}
+	if now.Before(r.HeldUntil) {
+		return inProgress(r.HeldUntil)
+	}
+	until := now.Add(callPatience)
+	upd := expression.Set(expression.Name(rHolder), expression.Value(me)).Set(expression.Name(rHeldUntil), expression.Value(ms(until)))
+	cond := equalOrAbsent(rHolder, r.Holder).And(equalOrAbsent(rHeldUntil, ms(r.HeldUntil)))
+	_, old, failed, err := st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), r.Ref), upd, &cond, types.ReturnValueNone)
+	switch {
+	case err != nil || !failed:
+		return err
+	case old == nil:
+		return ErrUnavailable
+	}
+	now2, err := DecodeRecord(old)
+	switch {
+	case err != nil:
+		return err
+	case now2.Holder == me: // this write, re-sent by the SDK after it applied
+		return nil
+	}
+	return inProgress(later(now2.HeldUntil, now.Add(time.Second)))
+}
+
+// letGo ends attempt me's hold on keyed take ref after it failed (a
+// dependency fault): the client's re-send may act at once (best effort).
+func (st *Store) letGo(ctx context.Context, a *action.Action, ref, me string) {
+	cond := expression.Name(rHolder).Equal(expression.Value(me))
+	_, _, _, _ = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), expression.Remove(expression.Name(rHeldUntil)), &cond, types.ReturnValueNone)
+}
+
+// equalOrAbsent: attribute name is v, or absent when v is its zero value.
+func equalOrAbsent[T comparable](name string, v T) expression.ConditionBuilder {
+	var zero T
+	if v == zero {
+		return expression.AttributeNotExists(expression.Name(name))
+	}
+	return expression.Name(name).Equal(expression.Value(v))
+}
+
+// InProgressError refuses a keyed take re-sent while an earlier attempt of
+// it runs: that attempt holds the take until Until (at the latest).
+type InProgressError struct{ Until time.Time }
+
+func (e *InProgressError) Error() string { return "store: an earlier attempt of this take is running" }
+
+func inProgress(until time.Time) error { return &InProgressError{Until: until} }
 
 // Take is a request to take one use of a multi-use action.
 type Take struct {
@@ -224,12 +301,18 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 	t.Write = named(t.Write)
 	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
 		Write: t.Write, Reason: t.Reason, RequestedAt: now}
-	if closed != nil {
+	switch {
+	case closed != nil:
 		rec.Outcome = refusalCode(closed) // the key's answer, whatever the action is when it is sent again
+	case keyed:
+		rec.Holder, rec.HeldUntil = t.Write.RequestID, now.Add(callPatience)
 	}
 	tok := action.UseToken(t.UseID)
 	prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
 	if err != nil {
+		if rec.Holder != "" { // the write may have applied, its answer lost
+			st.letGo(ctx, a, rec.Ref, rec.Holder)
+		}
 		return nil, err
 	}
 	if prior == nil && closed != nil {
@@ -248,14 +331,21 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 		if done || err != nil {
 			return ans, err
 		}
+		if keyed {
+			if err := st.hold(ctx, a, prior, t.Write.RequestID, now); err != nil {
+				return nil, err
+			}
+		}
 	}
 	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: now}, now)
 	if err != nil {
 		if keyed {
-			if r, ok := err.(*action.Rejection); ok && r.Code != action.CodeInternal {
-				if ferr := st.finishRecord(ctx, a, rec.Ref, r.Code, "", time.Time{}, time.Time{}); ferr != nil {
+			if code := refusalCode(err); code != "" {
+				if ferr := st.finishRecord(ctx, a, rec.Ref, t.Write.RequestID, code, "", time.Time{}, time.Time{}); ferr != nil {
 					return nil, ferr
 				}
+			} else {
+				st.letGo(ctx, a, rec.Ref, t.Write.RequestID)
 			}
 		}
 		return nil, err
@@ -265,7 +355,7 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 		// The useId holds a use another call took: answered as that take.
 		ans.Write, ans.Replayed = action.Write{}, true
 		if keyed {
-			if err := st.finishRecord(ctx, a, rec.Ref, action.OutcomeOK, p.Ref, p.At, time.Time{}); err != nil {
+			if err := st.finishRecord(ctx, a, rec.Ref, t.Write.RequestID, action.OutcomeOK, p.Ref, p.At, time.Time{}); err != nil {
 				return nil, err
 			}
 		}
@@ -450,14 +540,13 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 			}
 			continue
 		}
-		if held, ok := old.Entries[tok]; ok {
-			return &held, nil, nil
-		}
-		if a.Releasable && resent.Load() > 0 && !old.Clock.Before(e.At) {
+		held, ok := old.Entries[tok]
+		if a.Releasable && resent.Load() > 0 && held.Ref != e.Ref && !old.Clock.Before(e.At) {
 			// The SDK sent this write again, and the gate carried its time
 			// or a later one: it may have landed (its answer lost) and been
-			// released since, which the release stamped on the take's record
-			// before it freed the entry.
+			// released since (the useId may even hold another take's use
+			// now), which the release stamped on the take's record before it
+			// freed the entry.
 			rec, err := st.record(ctx, a, e.Ref)
 			if err != nil {
 				return nil, nil, err
@@ -466,9 +555,12 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 				return &e, nil, nil
 			}
 		}
+		if ok {
+			return &held, nil, nil
+		}
 		if err := action.GateRefusal(a, old, now); err != nil {
 			if old.Closed {
-				st.finishCancel(ctx, a, old)
+				err = st.finishCancel(ctx, a, old)
 			}
 			return nil, nil, err
 		}
@@ -615,13 +707,27 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 		}
 		return err
 	}
+	// enter takes the use in gate d, which the home gate's forward fwd
+	// names; done is false when d filled meanwhile (the forward dropped).
+	enter := func(d int, fwd string) (*action.Entry, bool, error) {
+		p, _, err := st.takeAt(ctx, a, d, tok, e, now)
+		if p != nil && p.Ref == e.Ref {
+			return p, true, nil
+		}
+		st.dropForward(ctx, a, home, tok, fwd, time.Time{})
+		if p != nil || err != nil {
+			return p, true, err
+		}
+		return nil, false, reread()
+	}
 	for try := 0; try < maxGateTries; try++ {
 		if held, ok := hg.Entries[tok]; ok {
 			return &held, nil
 		}
 		if f, ok := hg.Forwards[tok]; ok {
 			// Held in gate f.Gate, or a take of the useId is between its
-			// two writes (for a while), or one stopped there.
+			// two writes (for a while), or one stopped there, or a release
+			// freed it there and failed to drop the forward.
 			dg, err := st.probeGates(ctx, a, []int{f.Gate}, tok, now)
 			if err != nil {
 				return nil, err
@@ -631,10 +737,26 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 					return &held, nil
 				}
 			}
-			if now.Sub(f.At) < callPatience && time.Since(f.At) < callPatience {
+			if f.Ref == e.Ref {
+				// This take's own (its write landed, its answer lost).
+				if p, done, err := enter(f.Gate, forward(f)); done || err != nil {
+					return p, err
+				}
+				continue
+			}
+			var took *action.UseRecord
+			if f.Ref != "" {
+				if took, err = st.record(ctx, a, f.Ref); err != nil {
+					return nil, err
+				}
+			}
+			switch {
+			case took != nil && !took.ReleasedAt.IsZero():
+				st.dropForward(ctx, a, home, tok, forward(f), took.ReleasedAt)
+			case now.Sub(f.At) < callPatience && time.Since(f.At) < callPatience:
 				time.Sleep(20 * time.Millisecond)
-			} else {
-				st.dropForward(ctx, a, home, tok, forward(f))
+			default:
+				st.dropForward(ctx, a, home, tok, forward(f), time.Time{})
 			}
 			if err := reread(); err != nil {
 				return nil, err
@@ -660,7 +782,7 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 			e.At = after(hg.Clock, e.At)
 			now = e.At
 		}
-		fwd := forward(action.Forward{Gate: d, At: e.At})
+		fwd := forward(action.Forward{Gate: d, At: e.At, Ref: e.Ref})
 		f := expression.Name(gForward + tok)
 		upd := expression.Set(f, expression.Value(fwd)).Set(expression.Name(gClock), expression.Value(e.At.UnixMilli()))
 		cond := st.gateOpen(a, now).And(expression.AttributeNotExists(expression.Name(gEntry + tok))).
@@ -678,16 +800,8 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 			hg = old
 			continue
 		}
-		p, _, err := st.takeAt(ctx, a, d, tok, e, now)
-		if p != nil && p.Ref == e.Ref {
-			return p, nil
-		}
-		st.dropForward(ctx, a, home, tok, fwd)
-		if p != nil || err != nil {
+		if p, done, err := enter(d, fwd); done || err != nil {
 			return p, err
-		}
-		if err := reread(); err != nil { // that gate filled meanwhile
-			return nil, err
 		}
 	}
 	return nil, ErrUnavailable
@@ -718,10 +832,24 @@ func (st *Store) roomAfter(ctx context.Context, a *action.Action, home int, tok 
 
 // dropForward removes the useId's forward from its home gate when it is
 // still val (best effort: a forward left behind is dropped by the next
-// take of the useId once stale).
-func (st *Store) dropForward(ctx context.Context, a *action.Action, home int, tok, val string) {
+// take of the useId: at once once its use was released, else once stale).
+// After a release (at, its time), the home gate's clock moves to at, so
+// that a take of the useId after the release, in whatever gate, is stamped
+// after it.
+func (st *Store) dropForward(ctx context.Context, a *action.Action, home int, tok, val string, at time.Time) {
+	itemKey := tenant.ItemKey(a.Tenant, a.ID)
 	f := expression.Name(gForward + tok)
-	_, _, _, _ = st.gateWrite(ctx, tenant.ItemKey(a.Tenant, a.ID), home, expression.Remove(f), f.Equal(expression.Value(val)), types.ReturnValueNone)
+	if !at.IsZero() {
+		upd := expression.Remove(f).Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
+		_, old, failed, err := st.gateWrite(ctx, itemKey, home, upd, f.Equal(expression.Value(val)).And(clockBefore(at)), types.ReturnValueNone)
+		if err != nil || !failed || old == nil {
+			return
+		}
+		if _, ok := old.Forwards[tok]; !ok {
+			return
+		}
+	}
+	_, _, _, _ = st.gateWrite(ctx, itemKey, home, expression.Remove(f), f.Equal(expression.Value(val)), types.ReturnValueNone)
 }
 
 // Release is a request to give back one use of a releasable action.
@@ -830,7 +958,11 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	var freed *freedError
 	if fwd != "" && (err == nil || errors.As(err, &freed)) {
 		// Freed from the gate its home gate forwarded it to: the forward goes.
-		st.dropForward(ctx, a, action.HomeGate(tok, action.Gates(a.MaxUses)), tok, fwd)
+		dropAt := at
+		if freed != nil {
+			dropAt = freed.At
+		}
+		st.dropForward(ctx, a, action.HomeGate(tok, action.Gates(a.MaxUses)), tok, fwd, dropAt)
 	}
 	switch {
 	case keyed && errors.As(err, &freed):
@@ -838,7 +970,7 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 		return &Released{Action: a, UseID: r.UseID, UsedAt: e.At, ReleasedAt: freed.At, Replayed: resumed}, nil
 	case keyed && refusalCode(err) != "":
 		// Refused (canceled, expired): the key's answer for good.
-		if ferr := st.finishRecord(ctx, a, ref, refusalCode(err), "", time.Time{}, time.Time{}); ferr != nil {
+		if ferr := st.finishRecord(ctx, a, ref, "", refusalCode(err), "", time.Time{}, time.Time{}); ferr != nil {
 			return nil, ferr
 		}
 		return nil, err
@@ -913,11 +1045,12 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 	}
 	entry := expression.Name(gEntry + tok)
 	// Open and not expired, however early its activeAt, and want still held.
+	// The release commits at at: the action must not have expired by then.
 	held := func(at time.Time) expression.ConditionBuilder {
 		return expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
 			And(expression.AttributeNotExists(expression.Name(gClosed))).
-			And(expression.Name(gExpires).GreaterThan(expression.Value(now.UnixMilli()))).
+			And(expression.Name(gExpires).GreaterThan(expression.Value(at.UnixMilli()))).
 			And(entry.Equal(expression.Value(encodeEntry(want)))).And(clockBefore(at))
 	}
 	for try := 0; try < maxGateTries; try++ {
@@ -949,9 +1082,10 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 			}
 			return done(s)
 		default:
-			if err := action.GateRefusal(a, old, now); err != nil && !isCode(err, action.CodeNotActive) {
+			// At the time the write carried: past expiresAt, expired.
+			if err := action.GateRefusal(a, old, later(now, at)); err != nil && !isCode(err, action.CodeNotActive) {
 				if old.Closed {
-					st.finishCancel(ctx, a, old)
+					err = st.finishCancel(ctx, a, old)
 				}
 				return time.Time{}, err
 			}
@@ -1025,18 +1159,29 @@ func (st *Store) record(ctx context.Context, a *action.Action, ref string) (*act
 	return DecodeRecord(items[0])
 }
 
-// finishCancel completes a cancel that closed a gate and stopped before its
-// own write (best effort; the caller answers canceled either way).
-func (st *Store) finishCancel(ctx context.Context, a *action.Action, g *action.Gate) {
+// finishCancel completes a cancel that closed gate g and stopped before
+// its own write (best effort), and returns the refusal canceled with the
+// action as the cancel left it (its canceledAt), as a replay renders it.
+func (st *Store) finishCancel(ctx context.Context, a *action.Action, g *action.Gate) error {
 	cur, err := st.Get(ctx, a.Tenant, a.ID)
-	if err != nil || cur.Finished() || !cur.CreatedAt.Equal(a.CreatedAt) {
-		return
+	if err != nil || !cur.CreatedAt.Equal(a.CreatedAt) {
+		return action.Reject(action.CodeCanceled, a)
 	}
-	info, err := st.gateCancel(ctx, a, g.Index)
-	if err != nil || info == nil {
-		return
+	if !cur.Finished() {
+		info, err := st.gateCancel(ctx, a, g.Index)
+		if err != nil || info == nil {
+			return action.Reject(action.CodeCanceled, a)
+		}
+		if done, err := st.Cancel(ctx, a.ID, *info); err == nil {
+			cur = done
+		} else if cur, err = st.Get(ctx, a.Tenant, a.ID); err != nil {
+			return action.Reject(action.CodeCanceled, a)
+		}
 	}
-	_, _ = st.Cancel(ctx, a.ID, *info)
+	if cur.CanceledAt.IsZero() {
+		return action.Reject(action.CodeCanceled, a)
+	}
+	return action.Reject(action.CodeCanceled, cur)
 }
 
 // gateCancel reads the cancel that closed gate i.
