@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,5 +124,62 @@ func TestRetakeAfterAForwardedReleaseIsStampedAfterIt(t *testing.T) {
 	ua, _ := time.Parse(time.RFC3339Nano, again.Str("usedAt"))
 	if rel.Status != 200 || again.Status != 200 || !ua.After(ra) {
 		t.Errorf("release %d releasedAt %s; take again %d usedAt %s: want a take stamped after the release", rel.Status, rel.Str("releasedAt"), again.Status, again.Str("usedAt"))
+	}
+}
+
+// TestForwardLeftByAFailedTake: dev's home gate is full, so its take writes
+// a forward and then its entry in another gate, and one of those writes
+// fails for good (the SDK's re-sends too): the take answers 503 and lets go
+// (a write: while DynamoDB stays down it cannot, and its hold lapses after
+// 30 s).
+// With no fault left, the next take of dev (the key re-sent, or another
+// call) answers at once, dev holds exactly one use, and it releases. (The
+// take dropped its forward though its entry had landed: dev then held two
+// uses, one of them never to be released, and a key took both; a forward
+// whose take had stopped held every other take of dev at 503 for 30 s.)
+func TestForwardLeftByAFailedTake(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fault func(*faults.Proxy)
+		key   string // the take's key; the next take re-sends it, or sends none
+	}{
+		// record, home gate (full), forward, then the entry: applied, its answer and the re-sends' lost
+		{"entry landed", func(p *faults.Proxy) { p.PassThenDrop(3, 3) }, ""},
+		{"entry landed keyed", func(p *faults.Proxy) { p.PassThenDrop(3, 3) }, "k"},
+		// the forward applied, its answer and the re-sends' lost
+		{"forward landed", func(p *faults.Proxy) { p.PassThenDrop(2, 3) }, ""},
+		// the entry refused 500 (nothing applied)
+		{"entry failed", func(p *faults.Proxy) { p.PassThenFail(3, 3) }, ""},
+		{"entry failed keyed", func(p *faults.Proxy) { p.PassThenFail(3, 3) }, "k"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			env, proxy := proxied(t)
+			create(t, env, `{"actionId":"fl","userId":"u","maxUses":48,"releasable":true}`)
+			fillHome(t, env, "fl", "dev")
+			take := func() *testkit.Response {
+				if c.key == "" {
+					return do(t, env, "POST", "/actions/fl/consume", `{"useId":"dev"}`)
+				}
+				return do(t, env, "POST", "/actions/fl/consume", `{"useId":"dev"}`, "Idempotency-Key", c.key)
+			}
+			c.fault(proxy)
+			if r := take(); r.Status != 503 {
+				t.Fatalf("the take under the fault: %d %s; want 503", r.Status, r.Raw)
+			}
+			proxy.PassThenFail(0, 0)
+			held := func() any { return do(t, env, "GET", "/actions/fl", "").Body["usesHeld"] }
+			if r := take(); r.Status != 200 || held() != 25.0 {
+				t.Errorf("the next take of dev: %d %s; %v held, want 25", r.Status, r.Raw, held())
+			}
+			if l := do(t, env, "GET", "/actions/fl/uses?limit=100", ""); strings.Count(l.Raw, `"useId":"dev"`) != 1 {
+				t.Errorf("dev listed %d times: %s", strings.Count(l.Raw, `"useId":"dev"`), l.Raw)
+			}
+			r1, r2 := do(t, env, "POST", "/actions/fl/uses/dev/release", ``), do(t, env, "POST", "/actions/fl/uses/dev/release", ``)
+			if r1.Status != 200 || r2.Status != 404 || held() != 24.0 {
+				t.Errorf("releases of dev: %d, %d; %v held, want 200, 404, 24", r1.Status, r2.Status, held())
+			}
+		})
 	}
 }

@@ -148,3 +148,28 @@ func TestKeyedTakeAnswerIsItsFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedKeyedTakeLetsGo: a keyed take fails on a dependency fault
+// after its record (recording its refusal fails, 500 to the write and to
+// the SDK's re-sends): it answers 503 and gives up its charge, so its
+// re-send, with no fault left, acts at once instead of answering
+// in_progress for 30 s.
+func TestFailedKeyedTakeLetsGo(t *testing.T) {
+	t.Parallel()
+	env, proxy := proxied(t)
+	create(t, env, `{"actionId":"lg","userId":"u","maxUses":1,"releasable":true}`)
+	if r := do(t, env, "POST", "/actions/lg/consume", `{"useId":"a"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	take := func() *testkit.Response {
+		return do(t, env, "POST", "/actions/lg/consume", `{"useId":"dev"}`, "Idempotency-Key", "lg-take")
+	}
+	proxy.PassThenFail(2, 3) // the record, the gate's refusal; recording it fails
+	if r := take(); r.Status != 503 {
+		t.Fatalf("under the fault: %d %s", r.Status, r.Raw)
+	}
+	proxy.PassThenFail(0, 0)
+	if r := take(); r.Status != 409 || r.Str("error") != "no_uses_left" {
+		t.Errorf("re-sent with no fault left: %d %s; want 409 no_uses_left", r.Status, r.Raw)
+	}
+}

@@ -281,7 +281,7 @@ type Taken struct {
 // writes (1 write unit each); a gate that is full costs one more write,
 // then the gates after it are read (one BatchGetItem per 100) to find
 // room; the first take of an action on this instance also reads the action.
-func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
+func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err error) {
 	now := action.Millis(t.Now)
 	a, err := st.multiUse(ctx, t.Tenant, id, now, false)
 	if err != nil {
@@ -301,18 +301,23 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 	t.Write = named(t.Write)
 	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
 		Write: t.Write, Reason: t.Reason, RequestedAt: now}
-	switch {
-	case closed != nil:
+	if closed != nil {
 		rec.Outcome = refusalCode(closed) // the key's answer, whatever the action is when it is sent again
-	case keyed:
+	} else {
 		rec.Holder, rec.HeldUntil = t.Write.RequestID, now.Add(callPatience)
+		// An attempt that fails on a dependency fault lets go of its take:
+		// its re-send acts at once, and another take of the useId drops a
+		// forward it left.
+		defer func() {
+			var running *InProgressError
+			if err != nil && refusalCode(err) == "" && !errors.As(err, &running) {
+				st.letGo(ctx, a, rec.Ref, rec.Holder)
+			}
+		}()
 	}
 	tok := action.UseToken(t.UseID)
 	prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
 	if err != nil {
-		if rec.Holder != "" { // the write may have applied, its answer lost
-			st.letGo(ctx, a, rec.Ref, rec.Holder)
-		}
 		return nil, err
 	}
 	if prior == nil && closed != nil {
@@ -331,21 +336,15 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 		if done || err != nil {
 			return ans, err
 		}
-		if keyed {
-			if err := st.hold(ctx, a, prior, t.Write.RequestID, now); err != nil {
-				return nil, err
-			}
+		if err := st.hold(ctx, a, prior, t.Write.RequestID, now); err != nil {
+			return nil, err
 		}
 	}
 	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: now}, now)
 	if err != nil {
-		if keyed {
-			if code := refusalCode(err); code != "" {
-				if ferr := st.finishRecord(ctx, a, rec.Ref, t.Write.RequestID, code, "", time.Time{}, time.Time{}); ferr != nil {
-					return nil, ferr
-				}
-			} else {
-				st.letGo(ctx, a, rec.Ref, t.Write.RequestID)
+		if code := refusalCode(err); keyed && code != "" {
+			if ferr := st.finishRecord(ctx, a, rec.Ref, rec.Holder, code, "", time.Time{}, time.Time{}); ferr != nil {
+				return nil, ferr
 			}
 		}
 		return nil, err
@@ -355,7 +354,7 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (*Taken, error) {
 		// The useId holds a use another call took: answered as that take.
 		ans.Write, ans.Replayed = action.Write{}, true
 		if keyed {
-			if err := st.finishRecord(ctx, a, rec.Ref, t.Write.RequestID, action.OutcomeOK, p.Ref, p.At, time.Time{}); err != nil {
+			if err := st.finishRecord(ctx, a, rec.Ref, rec.Holder, action.OutcomeOK, p.Ref, p.At, time.Time{}); err != nil {
 				return nil, err
 			}
 		}
@@ -711,8 +710,14 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 	// names; done is false when d filled meanwhile (the forward dropped).
 	enter := func(d int, fwd string) (*action.Entry, bool, error) {
 		p, _, err := st.takeAt(ctx, a, d, tok, e, now)
-		if p != nil && p.Ref == e.Ref {
+		switch {
+		case p != nil && p.Ref == e.Ref:
 			return p, true, nil
+		case err != nil && refusalCode(err) == "":
+			// The entry may have landed, its answer lost: the forward stays
+			// and says where (dropped by the next take of the useId if the
+			// entry is not there and this take let go).
+			return nil, true, err
 		}
 		st.dropForward(ctx, a, home, tok, fwd, time.Time{})
 		if p != nil || err != nil {
@@ -738,8 +743,24 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 				}
 			}
 			if f.Ref == e.Ref {
-				// This take's own (its write landed, its answer lost).
-				if p, done, err := enter(f.Gate, forward(f)); done || err != nil {
+				// This take's own (its write landed, its answer lost; or an
+				// earlier attempt of this keyed take wrote it and let go). It
+				// is written again first, so that another take of the useId
+				// that saw it left behind no longer drops it: one of the two
+				// writes wins.
+				fresh := forward(action.Forward{Gate: f.Gate, At: after(f.At, now), Ref: f.Ref})
+				fw := expression.Name(gForward + tok)
+				_, old, failed, err := st.gateWrite(ctx, itemKey, home, expression.Set(fw, expression.Value(fresh)), fw.Equal(expression.Value(forward(f))), types.ReturnValueNone)
+				switch {
+				case err != nil:
+					return nil, err
+				case failed && old == nil:
+					return nil, ErrUnavailable
+				case failed:
+					hg = old
+					continue
+				}
+				if p, done, err := enter(f.Gate, fresh); done || err != nil {
 					return p, err
 				}
 				continue
@@ -753,6 +774,10 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 			switch {
 			case took != nil && !took.ReleasedAt.IsZero():
 				st.dropForward(ctx, a, home, tok, forward(f), took.ReleasedAt)
+			case took != nil && took.Holder != "" && !now.Before(took.HeldUntil):
+				// Its take stopped (it failed and let go, or its hold
+				// lapsed) without its entry: the forward leads nowhere.
+				st.dropForward(ctx, a, home, tok, forward(f), time.Time{})
 			case now.Sub(f.At) < callPatience && time.Since(f.At) < callPatience:
 				time.Sleep(20 * time.Millisecond)
 			default:
