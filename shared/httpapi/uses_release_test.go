@@ -378,3 +378,38 @@ func TestRefusedByACancelReplaysByteForByte(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseThatFinishesAFailedOneAnswersIt: a release stamps the take's
+// record and its gate write fails (DynamoDB down): 503, the use still held.
+// With the fault gone, a release of the useId without a key frees the use
+// and answers 200. (It freed the use and answered 404 use_not_found: the
+// stamp was the failed release's, so it counted the use as freed by
+// another.)
+func TestReleaseThatFinishesAFailedOneAnswersIt(t *testing.T) {
+	t.Parallel()
+	var writes, failAt atomic.Int32
+	var proxy *faults.Proxy
+	env, proxy := hooked(t, func(n int32) {
+		writes.Store(n)
+		if n == failAt.Load() {
+			proxy.Down(true)
+		}
+	})
+	create(t, env, `{"actionId":"ur","userId":"u","maxUses":2,"releasable":true}`)
+	if r := do(t, env, "POST", "/actions/ur/consume", `{"useId":"dev"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	failAt.Store(writes.Load() + 2) // +1 the stamp, +2 the gate write
+	if r := do(t, env, "POST", "/actions/ur/uses/dev/release", ``); r.Status != 503 {
+		t.Fatalf("release while DynamoDB is down at its gate write: %d %s", r.Status, r.Raw)
+	}
+	proxy.Down(false)
+	failAt.Store(0)
+	held := func() any { return do(t, env, "GET", "/actions/ur", "").Body["usesHeld"] }
+	if h := held(); h != 1.0 {
+		t.Fatalf("%v held after the failed release, want 1", h)
+	}
+	if r := do(t, env, "POST", "/actions/ur/uses/dev/release", ``); r.Status != 200 || held() != 0.0 {
+		t.Errorf("the release after: %d %s, %v held; want 200 and 0", r.Status, r.Raw, held())
+	}
+}

@@ -1037,8 +1037,9 @@ func (st *Store) releasedAt(ctx context.Context, a *action.Action, ref string, n
 // the take's record, then frees the entry with one conditional write on the
 // gate at the stamp's time. A record stamped by another call is that
 // call's release: this call finishes it (a call may have stopped between
-// its two writes; both writing at once is one release, at one time) and,
-// the entry freed, found it made (*freedError, with that call's time).
+// its two writes; both writing at once is one release, at one time): its
+// own gate write freeing the entry answers as its release, at that time;
+// the entry freed by the other's write, it found it made (*freedError).
 // Every write to a releasable gate carries a later time than the one
 // before, so when the gate carried the stamp's time or a later one, the
 // stamp moves to now (or just after the gate's clock) first, each move
@@ -1094,7 +1095,9 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 		case err != nil:
 			return time.Time{}, err
 		case !failed && at.Equal(s.ReleasedAt):
-			return done(s)
+			// This write freed it: this call's release, or one another call
+			// stamped and stopped before (this call finished it).
+			return s.ReleasedAt, nil
 		case !failed: // fenced
 			old = &action.Gate{Clock: at}
 		case old == nil || !old.Live(a.CreatedAt, now):
