@@ -199,9 +199,10 @@ type UseRecord struct {
 	// before its gate write frees the entry.
 	Release    Write
 	ReleaseRef string
-	// Holder is the request id of the attempt of a keyed take in charge of
-	// it until HeldUntil: an attempt re-sent meanwhile, while the take is
-	// unresolved, is told to retry later instead of acting beside it.
+	// Holder is the request id of the attempt of a take in charge of it
+	// until HeldUntil (zero once it let go after a failure): a keyed
+	// re-send meanwhile, while the take is unresolved, is told to retry
+	// later instead of acting beside it.
 	Holder    string
 	HeldUntil time.Time
 }

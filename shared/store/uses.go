@@ -62,7 +62,7 @@ type recordItem struct {
 	RelFP       string `dynamodbav:"rf,omitempty"`
 	RelReq      string `dynamodbav:"rr,omitempty"`
 	RelRef      string `dynamodbav:"rx,omitempty"` // the releasing call's record name
-	Holder      string `dynamodbav:"hr,omitempty"` // a keyed take: the request id of the attempt in charge
+	Holder      string `dynamodbav:"hr,omitempty"` // a take: the request id of the attempt in charge
 	HeldUntil   int64  `dynamodbav:"hl,omitempty"` // until when
 	TTL         int64  `dynamodbav:"ttl,omitempty"`
 }
@@ -192,7 +192,7 @@ func (st *Store) finishRecord(ctx context.Context, a *action.Action, ref, holder
 	return err
 }
 
-// hold puts the attempt me in charge of keyed take r, unresolved (its use
+// hold puts the attempt me in charge of take r, unresolved (its use
 // neither held nor released, no answer recorded): at once if it is me, or
 // if the attempt that held it let go or its hold lapsed (it stopped); else
 // another attempt is running, and the answer is in_progress until its hold
@@ -224,8 +224,9 @@ func (st *Store) hold(ctx context.Context, a *action.Action, r *action.UseRecord
 	return inProgress(later(now2.HeldUntil, now.Add(time.Second)))
 }
 
-// letGo ends attempt me's hold on keyed take ref after it failed (a
-// dependency fault): the client's re-send may act at once (best effort).
+// letGo ends attempt me's hold on take ref after it failed (a dependency
+// fault): the client's re-send may act at once, and another take of the
+// useId may drop a forward it left (best effort).
 func (st *Store) letGo(ctx context.Context, a *action.Action, ref, me string) {
 	cond := expression.Name(rHolder).Equal(expression.Value(me))
 	_, _, _, _ = st.exprWrite(ctx, recordKey(tenant.ItemKey(a.Tenant, a.ID), ref), expression.Remove(expression.Name(rHeldUntil)), &cond, types.ReturnValueNone)
