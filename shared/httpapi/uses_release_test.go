@@ -311,7 +311,7 @@ func TestReleaseNeverCommitsAfterExpiry(t *testing.T) {
 	p := newPause()
 	env, _ := hooked(t, func(n int32) { writes.Store(n); p.hookFn(n) })
 	defer p.resume()
-	create(t, env, `{"actionId":"ex","userId":"u","maxUses":3,"releasable":true,"expiresAt":"`+time.Now().Add(3*time.Second).UTC().Format(time.RFC3339Nano)+`"}`)
+	create(t, env, `{"actionId":"ex","userId":"u","maxUses":3,"releasable":true,"expiresAt":"`+time.Now().Add(6*time.Second).UTC().Format(time.RFC3339Nano)+`"}`)
 	exp, _ := time.Parse(time.RFC3339Nano, do(t, env, "GET", "/actions/ex", "").Str("expiresAt"))
 	if r := do(t, env, "POST", "/actions/ex/consume", `{"useId":"dev"}`); r.Status != 200 {
 		t.Fatal(r.Raw)
