@@ -515,7 +515,9 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 			cond = expression.AttributeNotExists(expression.Name(attrID)).Or(cond)
 		}
 		resent.Store(0)
+		t0 := time.Now()
 		_, old, failed, err := st.gateWrite(ctx, itemKey, i, upd, cond, types.ReturnValueNone)
+		lead := min(time.Since(t0), time.Second)
 		switch {
 		case err != nil:
 			return nil, nil, err
@@ -568,7 +570,11 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 			return nil, old, nil
 		}
 		if a.Releasable && !old.Clock.Before(e.At) {
-			e.At = after(old.Clock, e.At) // a later write committed with a later time
+			// A later write committed with a later time: stamped again, at
+			// now and ahead of it by what the write took (as a release's
+			// moved stamp is: just after the gate's clock, a take would
+			// lose again and again to writers stamping with their now).
+			e.At = after(old.Clock, action.Millis(time.Now().Add(lead)))
 			now = e.At
 			continue
 		}
