@@ -87,7 +87,8 @@ func TestForwardsNeverStallATake(t *testing.T) {
 // TestRetakeAfterAForwardedReleaseIsStampedAfterIt: dev's use is in the
 // gate its full home gate forwards to. Its release is slow to stamp (900
 // ms), and meanwhile another useId takes in that gate: the release's gate
-// write loses, and its stamp moves ahead of now. Once it answers, a seat
+// write loses, and it frees the entry at its stamp all the same, behind
+// that gate's clock. Once it answers, a seat
 // frees in dev's home gate and dev takes again there, at once: that take
 // is stamped after the release. (It was stamped up to a second before it:
 // the home gate's clock knew nothing of the release.)

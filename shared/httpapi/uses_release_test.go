@@ -192,6 +192,56 @@ func TestReleasesKeepUpWithChurn(t *testing.T) {
 	}
 }
 
+// TestReleaseOnAGateBusierThanIt: while dev's use is released, before each
+// of the release's writes another useId of the gate is taken and released
+// (as on a busy gate: writers that started later commit first, with later
+// times). The release answers 200 with at most one more gate write, at its
+// stamp; dev taken again is stamped after it. (The release moved its stamp
+// past the gate's clock and wrote again, losing to the next writer each
+// time: 64 writes, then 503. On a fresh clone's make test, six useIds
+// churning one gate saw it: TestReleasesKeepUpWithChurn.)
+func TestReleaseOnAGateBusierThanIt(t *testing.T) {
+	t.Parallel()
+	var env *testkit.Env
+	var armed, inside atomic.Bool
+	var writes atomic.Int32 // the release's
+	env, _ = hooked(t, func(int32) {
+		if !armed.Load() || !inside.CompareAndSwap(false, true) {
+			return // not the release's write, or another's
+		}
+		defer inside.Store(false)
+		if writes.Add(1) > 200 {
+			return
+		}
+		for _, call := range [][2]string{{"/actions/bz/consume", `{"useId":"other"}`}, {"/actions/bz/uses/other/release", ``}} {
+			if r, err := testkit.Send(client, "POST", env.URL+call[0], call[1]); err != nil || r.Status != 200 {
+				t.Errorf("%s: %v %v", call[0], r, err)
+			}
+		}
+	})
+	create(t, env, `{"actionId":"bz","userId":"u","maxUses":2,"releasable":true}`)
+	take := do(t, env, "POST", "/actions/bz/consume", `{"useId":"dev"}`)
+	if take.Status != 200 {
+		t.Fatal(take.Raw)
+	}
+	armed.Store(true)
+	rel := do(t, env, "POST", "/actions/bz/uses/dev/release", ``)
+	armed.Store(false)
+	again := do(t, env, "POST", "/actions/bz/consume", `{"useId":"dev"}`)
+	if rel.Status != 200 || again.Status != 200 {
+		t.Fatalf("release %d %s (after %d writes); take again %d %s", rel.Status, rel.Raw, writes.Load(), again.Status, again.Raw)
+	}
+	if n := writes.Load(); n > 3 {
+		t.Errorf("the release sent %d writes, want at most 3 (its stamp, two gate writes)", n)
+	}
+	used, _ := time.Parse(time.RFC3339Nano, take.Str("usedAt"))
+	released, _ := time.Parse(time.RFC3339Nano, rel.Str("releasedAt"))
+	usedAgain, _ := time.Parse(time.RFC3339Nano, again.Str("usedAt"))
+	if !used.Before(released) || !released.Before(usedAgain) {
+		t.Errorf("usedAt %s, releasedAt %s, used again at %s: want them in this order", take.Str("usedAt"), rel.Str("releasedAt"), again.Str("usedAt"))
+	}
+}
+
 // TestReleaseBeforeTheCancelClosesItsGate: a cancel closes the action's
 // gates before its own write; a release sent after the cancel began, which
 // commits before the cancel closes its gate, is stamped before the cancel:

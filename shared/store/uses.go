@@ -1047,14 +1047,15 @@ func (st *Store) releasedAt(ctx context.Context, a *action.Action, ref string, n
 // its two writes; both writing at once is one release, at one time): its
 // own gate write freeing the entry answers as its release, at that time;
 // the entry freed by the other's write, it found it made (*freedError).
-// Every write to a releasable gate carries a later time than the one
-// before, so when the gate carried the stamp's time or a later one, the
-// stamp moves to now (or just after the gate's clock) first, each move
-// conditional on the stamp it moves; a stamp older than staleStamp (its
-// call stopped, or was slow) is first fenced off, the gate's clock carried
-// past it, so that no write at its time lands any more: a release is never
-// stamped long before it committed. Refusals: use_not_found (the entry
-// left its gate), canceled, expired.
+// The gate write moves the gate's clock to the stamp; when the clock is
+// already past it (writes stamped later committed first), a second write
+// frees the entry at the stamp and leaves the clock ahead of it, so a take
+// after the release is stamped after it either way. A stamp older than
+// staleStamp (its call stopped, or was slow) is first fenced off, the
+// gate's clock carried past it so that no write at its time lands any
+// more, and moved to now (conditional on the stamp it moves): a release is
+// never stamped long before it committed. Refusals: use_not_found (the
+// entry left its gate), canceled, expired.
 func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, want action.Entry, g *action.Gate, ref string, w action.Write, now time.Time) (time.Time, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
 	start := time.Now()
@@ -1079,25 +1080,34 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 	entry := expression.Name(gEntry + tok)
 	// Open and not expired, however early its activeAt, and want still held.
 	// The release commits at at: the action must not have expired by then.
-	held := func(at time.Time) expression.ConditionBuilder {
-		return expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+	// Ahead of the gate's clock, it moves the clock to at; behind it (a
+	// later write committed first), it leaves the clock where it is.
+	held := func(at time.Time, behind bool) expression.ConditionBuilder {
+		c := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
 			And(expression.AttributeNotExists(expression.Name(gClosed))).
 			And(expression.Name(gExpires).GreaterThan(expression.Value(at.UnixMilli()))).
-			And(entry.Equal(expression.Value(encodeEntry(want)))).And(clockBefore(at))
+			And(entry.Equal(expression.Value(encodeEntry(want))))
+		if behind {
+			return c.And(expression.Name(gClock).GreaterThanEqual(expression.Value(at.UnixMilli())))
+		}
+		return c.And(clockBefore(at))
 	}
+	behind := false
 	for try := 0; try < maxGateTries; try++ {
 		at := s.ReleasedAt
 		upd := expression.Remove(entry).
 			Set(expression.Name(gHeld), expression.Name(gHeld).Minus(expression.Value(1))).
-			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{Ref: want.Ref, At: at}}))).
-			Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
+			Set(expression.Name(gLast), expression.Value(encodeLast(lastRelease{Token: tok, Entry: action.Entry{Ref: want.Ref, At: at}})))
+		if !behind {
+			upd = upd.Set(expression.Name(gClock), expression.Value(at.UnixMilli()))
+		}
 		if fence := clock(); at.Before(fence.Add(-staleStamp)) {
 			// The fence: the gate's clock now, or nothing at the stamp's
 			// time may land (it would be a release stamped in the past).
-			at, upd = fence, expression.Set(expression.Name(gClock), expression.Value(fence.UnixMilli()))
+			at, upd, behind = fence, expression.Set(expression.Name(gClock), expression.Value(fence.UnixMilli())), false
 		}
-		_, old, failed, err := st.gateWrite(ctx, itemKey, g.Index, upd, held(at), types.ReturnValueNone)
+		_, old, failed, err := st.gateWrite(ctx, itemKey, g.Index, upd, held(at, behind), types.ReturnValueNone)
 		switch {
 		case err != nil:
 			return time.Time{}, err
@@ -1124,16 +1134,25 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 				}
 				return time.Time{}, err
 			}
+			if !old.Clock.Before(at) {
+				// Later writes committed first: the entry is freed at the
+				// stamp all the same, the clock left ahead of it (so the
+				// next take of the useId is stamped after it). Moving the
+				// stamp past the clock instead, a release lost again and
+				// again to takes on a busy gate (64 writes, then 503).
+				behind = true
+				continue
+			}
 		}
-		// The gate carries the stamp's time or a later one: the stamp moves,
-		// ahead of now by what the move takes (the gate write follows it,
-		// and the other writers of the gate stamp their writes with their
-		// now: behind it, a release would lose to them again and again).
+		// Fenced (or refused for no reason the gate shows): the stamp
+		// moves to now (or just after the gate's clock), ahead of now by
+		// what a move takes.
 		t0 := time.Now()
 		if s, err = st.stamp(ctx, a, want, after(old.Clock, clock().Add(lead)), ref, w, s); err != nil {
 			return time.Time{}, err
 		}
 		lead = min(time.Since(t0), time.Second)
+		behind = false
 	}
 	return time.Time{}, ErrUnavailable
 }
