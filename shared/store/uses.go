@@ -1081,7 +1081,9 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 	// Open and not expired, however early its activeAt, and want still held.
 	// The release commits at at: the action must not have expired by then.
 	// Ahead of the gate's clock, it moves the clock to at; behind it (a
-	// later write committed first), it leaves the clock where it is.
+	// later write committed first), it leaves the clock where it is, and
+	// only while the clock is less than staleStamp past at (a fence moves
+	// it further: no write at a fenced stamp lands).
 	held := func(at time.Time, behind bool) expression.ConditionBuilder {
 		c := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 			And(expression.Name(attrTTL).GreaterThanEqual(expression.Value(now.Unix()))).
@@ -1089,7 +1091,7 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 			And(expression.Name(gExpires).GreaterThan(expression.Value(at.UnixMilli()))).
 			And(entry.Equal(expression.Value(encodeEntry(want))))
 		if behind {
-			return c.And(expression.Name(gClock).GreaterThanEqual(expression.Value(at.UnixMilli())))
+			return c.And(expression.Name(gClock).Between(expression.Value(at.UnixMilli()), expression.Value(at.Add(staleStamp).UnixMilli()-1)))
 		}
 		return c.And(clockBefore(at))
 	}
@@ -1134,7 +1136,7 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 				}
 				return time.Time{}, err
 			}
-			if !old.Clock.Before(at) {
+			if at.Equal(s.ReleasedAt) && !old.Clock.Before(at) && old.Clock.Before(at.Add(staleStamp)) {
 				// Later writes committed first: the entry is freed at the
 				// stamp all the same, the clock left ahead of it (so the
 				// next take of the useId is stamped after it). Moving the
@@ -1144,9 +1146,9 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 				continue
 			}
 		}
-		// Fenced (or refused for no reason the gate shows): the stamp
-		// moves to now (or just after the gate's clock), ahead of now by
-		// what a move takes.
+		// Fenced (or the gate's clock already past the fence, or a
+		// second past the stamp): the stamp moves to now (or just after
+		// the gate's clock), ahead of now by what a move takes.
 		t0 := time.Now()
 		if s, err = st.stamp(ctx, a, want, after(old.Clock, clock().Add(lead)), ref, w, s); err != nil {
 			return time.Time{}, err
