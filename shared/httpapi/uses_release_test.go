@@ -195,8 +195,9 @@ func TestReleasesKeepUpWithChurn(t *testing.T) {
 // TestReleaseOnAGateBusierThanIt: while dev's use is released, before each
 // of the release's writes another useId of the gate is taken and released
 // (as on a busy gate: writers that started later commit first, with later
-// times). The release answers 200 with at most one more gate write, at its
-// stamp; dev taken again is stamped after it. (The release moved its stamp
+// times). The release answers 200, with one more gate write at its stamp
+// (more only when its stamp goes stale meanwhile); dev taken again is
+// stamped after it. (The release moved its stamp
 // past the gate's clock and wrote again, losing to the next writer each
 // time: 64 writes, then 503. On a fresh clone's make test, six useIds
 // churning one gate saw it: TestReleasesKeepUpWithChurn.)
@@ -231,8 +232,12 @@ func TestReleaseOnAGateBusierThanIt(t *testing.T) {
 	if rel.Status != 200 || again.Status != 200 {
 		t.Fatalf("release %d %s (after %d writes); take again %d %s", rel.Status, rel.Raw, writes.Load(), again.Status, again.Raw)
 	}
-	if n := writes.Load(); n > 3 {
-		t.Errorf("the release sent %d writes, want at most 3 (its stamp, two gate writes)", n)
+	// 3 writes: its stamp, two gate writes. When the calls before one of
+	// its writes take over a second (a busy machine), its stamp goes stale
+	// and is fenced and moved first: 2 more each time.
+	t.Logf("the release sent %d writes", writes.Load())
+	if n := writes.Load(); n > 16 {
+		t.Errorf("the release sent %d writes, want at most 16", n)
 	}
 	used, _ := time.Parse(time.RFC3339Nano, take.Str("usedAt"))
 	released, _ := time.Parse(time.RFC3339Nano, rel.Str("releasedAt"))

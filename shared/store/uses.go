@@ -283,7 +283,7 @@ type Taken struct {
 // then the gates after it are read (one BatchGetItem per 100) to find
 // room; the first take of an action on this instance also reads the action.
 func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err error) {
-	now := action.Millis(t.Now)
+	now, start := action.Millis(t.Now), time.Now()
 	a, err := st.multiUse(ctx, t.Tenant, id, now, false)
 	if err != nil {
 		return nil, err
@@ -341,7 +341,10 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 			return nil, err
 		}
 	}
-	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: now}, now)
+	// Stamped with the time its gate write goes out, not the request's
+	// start: the reads and writes before it may have been slow.
+	at := action.Millis(now.Add(time.Since(start)))
+	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: at}, at)
 	if err != nil {
 		if code := refusalCode(err); keyed && code != "" {
 			if ferr := st.finishRecord(ctx, a, rec.Ref, rec.Holder, code, "", time.Time{}, time.Time{}); ferr != nil {
@@ -916,7 +919,7 @@ type Released struct {
 // a read and 2 writes (2 write units); a keyed call 3 writes. A useId that
 // holds no use answers use_not_found.
 func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, error) {
-	now := action.Millis(r.Now)
+	now, start := action.Millis(r.Now), time.Now()
 	a, err := st.multiUse(ctx, r.Tenant, id, now, false)
 	if err != nil {
 		return nil, err
@@ -985,7 +988,7 @@ func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, 
 	var at time.Time
 	err = action.GateRefusal(a, g, now) // a release needs the action open and not expired, however early its activeAt
 	if err == nil || isCode(err, action.CodeNotActive) {
-		at, err = st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now)
+		at, err = st.releaseTake(ctx, a, tok, *e, g, ref, r.Write, now, start)
 	}
 	var freed *freedError
 	if fwd != "" && (err == nil || errors.As(err, &freed)) {
@@ -1056,15 +1059,17 @@ func (st *Store) releasedAt(ctx context.Context, a *action.Action, ref string, n
 // more, and moved to now (conditional on the stamp it moves): a release is
 // never stamped long before it committed. Refusals: use_not_found (the
 // entry left its gate), canceled, expired.
-func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, want action.Entry, g *action.Gate, ref string, w action.Write, now time.Time) (time.Time, error) {
+func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, want action.Entry, g *action.Gate, ref string, w action.Write, now, start time.Time) (time.Time, error) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
-	start := time.Now()
+	// clock is the time now: the request's time (now, read at start) and
+	// what passed since (the reads and writes before the stamp included).
 	clock := func() time.Time { return action.Millis(now.Add(time.Since(start))) }
-	s, err := st.stamp(ctx, a, want, after(g.Clock, now), ref, w, nil)
+	t0 := time.Now()
+	s, err := st.stamp(ctx, a, want, after(g.Clock, clock()), ref, w, nil)
 	if err != nil {
 		return time.Time{}, err
 	}
-	lead := min(time.Since(start), time.Second) // how far ahead of now a moved stamp goes
+	lead := min(time.Since(t0), time.Second) // how far ahead of now a moved stamp goes
 	// done answers with stamp s once the entry left its gate: this call's
 	// release, or another's.
 	done := func(s *action.UseRecord) (time.Time, error) {
