@@ -916,7 +916,8 @@ type Released struct {
 // a take that looked as if it had never landed). A keyed call records which
 // take it releases before the stamp, so the same key re-sent, even after
 // the useId took a use again, replays instead of freeing that use. Costs:
-// a read and 2 writes (2 write units); a keyed call 3 writes. A useId that
+// a read and 2 writes (2 write units); a keyed call 3 writes; one more
+// gate write when later writes beat the release to its gate. A useId that
 // holds no use answers use_not_found.
 func (st *Store) Release(ctx context.Context, id string, r Release) (*Released, error) {
 	now, start := action.Millis(r.Now), time.Now()
