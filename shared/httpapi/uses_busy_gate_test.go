@@ -200,7 +200,7 @@ func TestStaleStampFencedOnAGateWhoseClockIsAhead(t *testing.T) {
 		slowAt.Store(writes.Load() + 2) // +1 X's record, +2 its gate write
 		x := do(t, env, "POST", "/actions/"+a+"/consume", `{"useId":"x"}`)
 		slowAt.Store(0)
-		ahead := ts(t, x.Str("usedAt")).Sub(time.Now())
+		ahead := time.Until(ts(t, x.Str("usedAt")))
 		w0 := writes.Load()
 		start := time.Now()
 		b := do(t, env, "POST", "/actions/"+a+"/uses/dev/release", ``)
