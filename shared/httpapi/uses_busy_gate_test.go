@@ -258,6 +258,19 @@ func (h *busyHook) arm(keyed bool) {
 
 func (h *busyHook) disarm() { h.firstAt.Store(0); h.behindAt.Store(0) }
 
+// release sends dev's release (keyed: with the key <id>-rel) with the hook
+// armed, and returns its answer.
+func (h *busyHook) release(t *testing.T, keyed bool) *testkit.Response {
+	t.Helper()
+	var hdr []string
+	if keyed {
+		hdr = []string{"Idempotency-Key", h.id + "-rel"}
+	}
+	h.arm(keyed)
+	defer h.disarm()
+	return do(t, h.env, "POST", "/actions/"+h.id+"/uses/dev/release", ``, hdr...)
+}
+
 // TestBehindWriteAnswerLost: dev's release loses its first gate write to
 // another take; its behind write applies and its answer is lost (the SDK
 // sends it again). The release answers 200 with its own time (not 404), the
@@ -275,13 +288,7 @@ func TestBehindWriteAnswerLost(t *testing.T) {
 			h.env, proxy = env, p
 			create(t, env, `{"actionId":"la","userId":"u","maxUses":4,"releasable":true}`)
 			take := do(t, env, "POST", "/actions/la/consume", `{"useId":"dev"}`)
-			hdr := []string{}
-			if keyed {
-				hdr = []string{"Idempotency-Key", "la-rel"}
-			}
-			h.arm(keyed)
-			rel := do(t, env, "POST", "/actions/la/uses/dev/release", ``, hdr...)
-			h.disarm()
+			rel := h.release(t, keyed)
 			t.Logf("take %s; release %d %s; drops %+v", take.Raw, rel.Status, rel.Raw, proxy.Counts())
 			if rel.Status != 200 {
 				t.Fatalf("release: %d %s", rel.Status, rel.Raw)
@@ -290,7 +297,7 @@ func TestBehindWriteAnswerLost(t *testing.T) {
 				t.Errorf("usedAt %s not before releasedAt %s", take.Str("usedAt"), rel.Str("releasedAt"))
 			}
 			if keyed {
-				if again := do(t, env, "POST", "/actions/la/uses/dev/release", ``, hdr...); !sameBody(rel, again) {
+				if again := do(t, env, "POST", "/actions/la/uses/dev/release", ``, "Idempotency-Key", "la-rel"); !sameBody(rel, again) {
 					t.Errorf("re-sent: %d %s; first %s", again.Status, again.Raw, rel.Raw)
 				}
 			}
@@ -338,13 +345,7 @@ func TestCancelBetweenTheReleaseWrites(t *testing.T) {
 			h.env = env
 			create(t, env, `{"actionId":"cb","userId":"u","maxUses":4,"releasable":true}`)
 			do(t, env, "POST", "/actions/cb/consume", `{"useId":"dev"}`)
-			hdr := []string{}
-			if keyed {
-				hdr = []string{"Idempotency-Key", "cb-rel"}
-			}
-			h.arm(keyed)
-			rel := do(t, env, "POST", "/actions/cb/uses/dev/release", ``, hdr...)
-			h.disarm()
+			rel := h.release(t, keyed)
 			c := cancel.Load()
 			if c == nil || c.Status != 200 {
 				t.Fatalf("cancel: %v", c)
@@ -357,7 +358,7 @@ func TestCancelBetweenTheReleaseWrites(t *testing.T) {
 				t.Errorf("release %d %s; canceledAt %s", rel.Status, rel.Raw, c.Str("canceledAt"))
 			}
 			if keyed {
-				if again := do(t, env, "POST", "/actions/cb/uses/dev/release", ``, hdr...); !sameBody(again, rel) {
+				if again := do(t, env, "POST", "/actions/cb/uses/dev/release", ``, "Idempotency-Key", "cb-rel"); !sameBody(again, rel) {
 					t.Errorf("re-sent %d %s; first %s", again.Status, again.Raw, rel.Raw)
 				}
 			}
