@@ -226,18 +226,25 @@ func TestReleaseOnAGateBusierThanIt(t *testing.T) {
 		t.Fatal(take.Raw)
 	}
 	armed.Store(true)
+	start := time.Now()
 	rel := do(t, env, "POST", "/actions/bz/uses/dev/release", ``)
+	took := time.Since(start)
 	armed.Store(false)
 	again := do(t, env, "POST", "/actions/bz/consume", `{"useId":"dev"}`)
 	if rel.Status != 200 || again.Status != 200 {
 		t.Fatalf("release %d %s (after %d writes); take again %d %s", rel.Status, rel.Raw, writes.Load(), again.Status, again.Raw)
 	}
-	// 3 writes: its stamp, two gate writes. When the calls before one of
-	// its writes take over a second (a busy machine), its stamp goes stale
-	// and is fenced and moved first: 2 more each time.
-	t.Logf("the release sent %d writes", writes.Load())
-	if n := writes.Load(); n > 16 {
-		t.Errorf("the release sent %d writes, want at most 16", n)
+	// 3 writes: its stamp, two gate writes. When the calls before its
+	// writes take a second or more (a busy machine), its stamp goes stale
+	// and is fenced and moved first: 2 more each time. A fence moves the
+	// stamp to its own time, so the next needs another second: at most one
+	// fence per second the release took, counted up (stamps are whole
+	// milliseconds). (The old code lost every gate write to the calls
+	// before it: 129 writes in 6 s, then 503.)
+	limit := 3 + 2*int32((took+time.Second-1)/time.Second)
+	t.Logf("the release sent %d writes in %s (limit %d)", writes.Load(), took.Round(time.Millisecond), limit)
+	if n := writes.Load(); n > limit {
+		t.Errorf("the release sent %d writes in %s, want at most %d", n, took.Round(time.Millisecond), limit)
 	}
 	used, _ := time.Parse(time.RFC3339Nano, take.Str("usedAt"))
 	released, _ := time.Parse(time.RFC3339Nano, rel.Str("releasedAt"))
