@@ -184,3 +184,49 @@ func TestForwardLeftByAFailedTake(t *testing.T) {
 		})
 	}
 }
+
+// TestTakeWaitsForAForwardInFlight: dev's home gate is full, so its take
+// forwards to another gate; while that take's entry write is in flight
+// (held 600 ms), a second take of dev arrives and finds the forward with
+// no entry behind it yet. It waits for the first take: both answer 200
+// with the one use, one use is held, and the second writes only its own
+// record. (With the wait taken out, the second drops the forward and
+// forwards again: 10 writes, not 6.)
+func TestTakeWaitsForAForwardInFlight(t *testing.T) {
+	t.Parallel()
+	var env *testkit.Env
+	var writes, holdAt atomic.Int32
+	second := make(chan *testkit.Response, 1)
+	env, _ = hooked(t, func(n int32) {
+		writes.Store(n)
+		if n != holdAt.Load() {
+			return
+		}
+		go func() {
+			r, err := testkit.Send(client, "POST", env.URL+"/actions/wf/consume", `{"useId":"dev"}`)
+			if err != nil {
+				t.Error(err)
+			}
+			second <- r
+		}()
+		time.Sleep(600 * time.Millisecond)
+	})
+	create(t, env, `{"actionId":"wf","userId":"u","maxUses":48,"releasable":true}`)
+	fillHome(t, env, "wf", "dev")
+	w0 := writes.Load()
+	holdAt.Store(w0 + 4) // record, home gate (full), forward, then the entry
+	first := do(t, env, "POST", "/actions/wf/consume", `{"useId":"dev"}`)
+	r := <-second
+	t.Logf("first %d %s; second %d %s; %d writes", first.Status, first.Raw, r.Status, r.Raw, writes.Load()-w0)
+	if first.Status != 200 || r == nil || r.Status != 200 || r.Str("usedAt") != first.Str("usedAt") {
+		t.Fatalf("two takes of dev: %d %s; %v", first.Status, first.Raw, r)
+	}
+	// The first take's 4, the second's record and its finish: the second
+	// drops no forward and places nothing (without the wait: 10 writes).
+	if n := writes.Load() - w0; n > 6 {
+		t.Errorf("%d writes, want 6: the second take did not wait for the first", n)
+	}
+	if h := do(t, env, "GET", "/actions/wf", "").Body["usesHeld"]; h != 25.0 {
+		t.Errorf("%v held, want 25", h)
+	}
+}

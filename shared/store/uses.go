@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/exactonce/exactonce/internal/backoff"
 	"github.com/exactonce/exactonce/internal/dynamoitem"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/tenant"
@@ -789,7 +790,9 @@ func (st *Store) placeForwarded(ctx context.Context, a *action.Action, home int,
 				// lapsed) without its entry: the forward leads nowhere.
 				st.dropForward(ctx, a, home, tok, forward(f), time.Time{})
 			case now.Sub(f.At) < callPatience && time.Since(f.At) < callPatience:
-				time.Sleep(20 * time.Millisecond)
+				if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil {
+					return nil, err
+				}
 			default:
 				st.dropForward(ctx, a, home, tok, forward(f), time.Time{})
 			}
