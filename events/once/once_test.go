@@ -214,9 +214,9 @@ func TestLeaseTakeover(t *testing.T) {
 	var took bool
 	tookOver := make(chan struct{})
 	go func() {
+		defer close(tookOver) // once the takeover has marked the claim done
 		ran, err := g.Do(ctx, "ev", func(context.Context) error {
 			took = true
-			close(tookOver)
 			return nil
 		})
 		if !ran || err != nil {
@@ -224,7 +224,6 @@ func TestLeaseTakeover(t *testing.T) {
 		}
 	}()
 	<-tookOver
-	time.Sleep(100 * time.Millisecond) // let the takeover mark done
 
 	resume <- errors.New("stale holder fails late") // its release must not delete the new claim
 	if err := <-staleResult; err == nil || errors.Is(err, once.ErrLeaseLost) {
