@@ -73,6 +73,7 @@ func firstAttemptOf() func(*http.Request) bool {
 // TestTypedErrors: every outcome maps to its sentinel with its context, in
 // exactly one attempt (a 4xx is an answer, never retried).
 func TestTypedErrors(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	tr := &transport{}
 	c := newClient(env, tr)
@@ -174,6 +175,7 @@ func TestTypedErrors(t *testing.T) {
 // server and loses its answer; the retry, with the same Idempotency-Key,
 // gets the first outcome. One action, consumed once, payload revealed.
 func TestRetriesAfterLostAnswers(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	tr := &transport{after: firstAttemptOf()}
 	c := newClient(env, tr)
@@ -209,6 +211,7 @@ func TestRetriesAfterLostAnswers(t *testing.T) {
 // TestRetryHonoursRetryAfter: a 503 with Retry-After: 1 is retried after
 // a second, and then succeeds; a context deadline stops the retries.
 func TestRetryHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	var n atomic.Int64
 	tr := &transport{before: func(r *http.Request) *http.Response {
@@ -249,6 +252,7 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 // attempts are all lost: the side effect runs once and all get its result.
 // A failing effect releases the key, so the next call runs it again.
 func TestDo(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := newClient(env, &transport{after: firstAttemptOf()})
 	var runs atomic.Int64
@@ -299,6 +303,7 @@ func TestDo(t *testing.T) {
 // TestWithCaller: locally, the client calls as a principal; two tenants'
 // clients see only their own actions.
 func TestWithCaller(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, func(o *server.Options) { o.Tenants = `{"a":["svc-a"],"b":["svc-b"]}` })
 	ctx := context.Background()
 	a := client.New(env.URL, client.WithCaller("arn:aws:sts::111122223333:assumed-role/svc-a/s"))
@@ -320,6 +325,7 @@ func TestWithCaller(t *testing.T) {
 
 // TestUserActions: supersede, list and cancel-all through the client.
 func TestUserActions(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := client.New(env.URL)
 	ctx := context.Background()

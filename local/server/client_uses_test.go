@@ -13,6 +13,7 @@ import (
 // losing its first answer after the server acted: a retried take is never
 // a second use, a retried release answers the first release.
 func TestUses(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	c := newClient(env, &transport{after: firstAttemptOf()})
 	ctx := context.Background()

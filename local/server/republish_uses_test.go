@@ -35,6 +35,7 @@ func useEventIDs(evs []eventbus.Event) map[string]string {
 // from the gates and the use records, with the very ids the stream gave the
 // delivered ones: a de-duplicating subscriber then has each transition once.
 func TestRepublishUses(t *testing.T) {
+	t.Parallel()
 	var proxy *faults.Proxy
 	env := testkit.NewEnv(t, scaled(t, func(bus string) string {
 		var err error
@@ -100,6 +101,7 @@ func TestRepublishUses(t *testing.T) {
 // use's action.used and no action.use_released: a stamp on a take's record
 // is a release only once the entry has left its gate.
 func TestRepublishSkipsAReleaseThatFailed(t *testing.T) {
+	t.Parallel()
 	db, err := faults.Start(testkit.DynamoDB(t), faults.Rates{}, 6, "UpdateItem")
 	if err != nil {
 		t.Fatal(err)

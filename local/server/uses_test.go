@@ -13,6 +13,7 @@ import (
 // useId that takes a use again after its release is a new event id. A
 // multi-use action is never action.consumed; its cancel is as today.
 func TestUseEvents(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t, testkit.WithEvents)
 	do := func(method, path, body string) {
 		if r := testkit.Do(t, nil, method, env.URL+path, body); r.Status >= 300 {

@@ -230,6 +230,7 @@ func TestKeyedTakeResentDuringARelease(t *testing.T) {
 // re-send, without the header, and the not_active take re-sent after
 // activeAt took a use.)
 func TestKeyedUseRefusalsReplay(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	create(t, env, `{"actionId":"kr-pending","userId":"u","maxUses":2,"activeAt":"`+future+`"}`)

@@ -21,6 +21,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // by a cancel of one action with the bare key is another call's: neither
 // answered as this call's nor refused.
 func TestCancelAllKeyScope(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	ctx := context.Background()

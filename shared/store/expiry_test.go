@@ -17,6 +17,7 @@ import (
 // table once and the index not at all, as DynamoDB reports it
 // (ReturnConsumedCapacity=INDEXES), and the finished actions stay listed.
 func TestFinishWritesNoIndex(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	expiresAt := action.Millis(time.Now().Add(time.Hour))
@@ -69,6 +70,7 @@ func TestFinishWritesNoIndex(t *testing.T) {
 // open, missing and re-created ones (another expiresAt) are left to Expire.
 // More than one BatchGetItem's worth of keys is read in chunks.
 func TestFinished(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	ctx := context.Background()
 	st := env.Sweeper.Store
@@ -118,6 +120,7 @@ func TestFinished(t *testing.T) {
 // TestWatermarks: none on a new table; raised per shard, never lowered;
 // a raise that another sweep overtook on one shard still raises the others.
 func TestWatermarks(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	ctx := context.Background()
 	st := env.Sweeper.Store

@@ -20,6 +20,7 @@ import (
 // left, and no guess is reserved then. The order of these writes (reserve, compare, consume or spend) is
 // shared/service's Consume.
 func TestPINWrites(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	ctx := context.Background()

@@ -18,6 +18,10 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 // TestCreateTableAddsIndexes: a table kept from before the expiry and user
 // indexes (a local data folder) gains them; a current table is left as it is.
+//
+// Serial: DynamoDB Local never finished the index it adds (not ACTIVE
+// after minutes, in 2 of 3 runs under -race) while the package's other
+// tests created tables beside it.
 func TestCreateTableAddsIndexes(t *testing.T) {
 	ctx := context.Background()
 	db := dynamodb.NewFromConfig(awsconfig.Local(testkit.DynamoDB(t)))

@@ -23,6 +23,7 @@ import (
 // sweeper's read of finished actions leaves them out (Expire's condition
 // then decides) instead of failing the sweep.
 func TestUnprocessedKeysAreAskedAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	endpoint := testkit.DynamoDB(t)
 	p, err := faults.Start(endpoint, faults.Rates{}, 1)

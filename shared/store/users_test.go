@@ -19,6 +19,7 @@ import (
 // API never sends one (parseCursor refuses such cursors first:
 // httpapi's TestForgedUserCursor); this holds if one gets through.
 func TestUserIndexStartKeyRefused(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	ctx := context.Background()

@@ -28,6 +28,7 @@ func rejected(err error, code action.Code) bool {
 // take moves the uses to gates (each held use answerable as before), the
 // rest of maxUses can be taken, none twice, and a cancel still wins.
 func TestLegacyItemMigrates(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	ctx := context.Background()
@@ -105,6 +106,7 @@ func TestLegacyItemMigrates(t *testing.T) {
 // longest tenant name stays under 1 KB, so a take or a release costs one
 // write unit on it, at any maxUses.
 func TestGateFitsOneWriteUnit(t *testing.T) {
+	t.Parallel()
 	env := testkit.NewEnv(t)
 	st := env.Sweeper.Store
 	ctx := context.Background()
