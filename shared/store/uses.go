@@ -1068,12 +1068,20 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 	// clock is the time now: the request's time (now, read at start) and
 	// what passed since (the reads and writes before the stamp included).
 	clock := func() time.Time { return action.Millis(now.Add(time.Since(start))) }
-	t0 := time.Now()
-	s, err := st.stamp(ctx, a, want, after(g.Clock, clock()), ref, w, nil)
-	if err != nil {
+	// restamp writes the release's stamp at (over was, the stamp before;
+	// nil for the first), and keeps what the write took as lead: how far
+	// ahead of now a moved stamp goes.
+	var s *action.UseRecord
+	var lead time.Duration
+	restamp := func(at time.Time, was *action.UseRecord) (err error) {
+		t0 := time.Now()
+		s, err = st.stamp(ctx, a, want, at, ref, w, was)
+		lead = min(time.Since(t0), time.Second)
+		return err
+	}
+	if err := restamp(after(g.Clock, clock()), nil); err != nil {
 		return time.Time{}, err
 	}
-	lead := min(time.Since(t0), time.Second) // how far ahead of now a moved stamp goes
 	// done answers with stamp s once the entry left its gate: this call's
 	// release, or another's.
 	done := func(s *action.UseRecord) (time.Time, error) {
@@ -1158,11 +1166,9 @@ func (st *Store) releaseTake(ctx context.Context, a *action.Action, tok string, 
 		// Fenced (or the gate's clock already past the fence, or a
 		// second past the stamp): the stamp moves to now (or just after
 		// the gate's clock), ahead of now by what a move takes.
-		t0 := time.Now()
-		if s, err = st.stamp(ctx, a, want, after(old.Clock, clock().Add(lead)), ref, w, s); err != nil {
+		if err := restamp(after(old.Clock, clock().Add(lead)), s); err != nil {
 			return time.Time{}, err
 		}
-		lead = min(time.Since(t0), time.Second)
 		behind = false
 	}
 	return time.Time{}, ErrUnavailable
