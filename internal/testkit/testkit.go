@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -107,13 +108,16 @@ func On(endpoint string) func(*server.Options) {
 // Counter counts the DynamoDB requests that cross the SDK's HTTP client, by
 // operation (the X-Amz-Target header), retries included.
 type Counter struct {
-	next aws.HTTPClient
-	mu   sync.Mutex
-	ops  map[string]int
+	next    aws.HTTPClient
+	mu      sync.Mutex
+	ops     map[string]int
+	retried map[string]int
 }
 
 // NewCounter wraps next.
-func NewCounter(next aws.HTTPClient) *Counter { return &Counter{next: next, ops: map[string]int{}} }
+func NewCounter(next aws.HTTPClient) *Counter {
+	return &Counter{next: next, ops: map[string]int{}, retried: map[string]int{}}
+}
 
 // Do implements aws.HTTPClient.
 func (c *Counter) Do(r *http.Request) (*http.Response, error) {
@@ -121,10 +125,25 @@ func (c *Counter) Do(r *http.Request) (*http.Response, error) {
 	if i := strings.IndexByte(op, '.'); i >= 0 {
 		op = op[i+1:]
 	}
+	// The SDK numbers each attempt of an operation (amz-sdk-request:
+	// attempt=N; max=M): attempt 2 and after are its retries of one call.
+	attempt, _, _ := strings.Cut(r.Header.Get("amz-sdk-request"), ";")
+	retry := strings.HasPrefix(attempt, "attempt=") && attempt != "attempt=1"
 	c.mu.Lock()
 	c.ops[op]++
+	if retry {
+		c.retried[op]++
+	}
 	c.mu.Unlock()
 	return c.next.Do(r)
+}
+
+// Retried returns, by operation, how many of the requests counted since
+// the last Take were the SDK's retries of a call (attempt 2 and after).
+func (c *Counter) Retried() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.retried)
 }
 
 // Take returns the counts since the last Take and resets them.
@@ -132,7 +151,7 @@ func (c *Counter) Take() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := c.ops
-	c.ops = map[string]int{}
+	c.ops, c.retried = map[string]int{}, map[string]int{}
 	return out
 }
 

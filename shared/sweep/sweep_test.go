@@ -254,13 +254,14 @@ func TestTenThousandInOneMinute(t *testing.T) {
 	// asserted (bench measures it); the guarantee is each expired once.
 	env.Sweeper.Now = func() time.Time { return minute.Add(time.Minute) }
 	runs := sweepUntilComplete(t, env.Sweeper)
+	retried := env.Counter.Retried() // the SDK's re-sends of one write: not a second write
 	ops := env.Counter.Take()
 	expired, written, ms := 0, 0, int64(0)
 	for _, r := range runs {
 		expired, written, ms = expired+r.Expired, written+r.Written, ms+r.DurationMs
 	}
-	t.Logf("%d sweep run(s), %d ms in all (one run, within the minute: %v): %+v; requests %v", len(runs), ms,
-		len(runs) == 1 && ms <= time.Minute.Milliseconds(), runs, ops)
+	t.Logf("%d sweep run(s), %d ms in all (one run, within the minute: %v): %+v; requests %v (the SDK's retries among them: %v)", len(runs), ms,
+		len(runs) == 1 && ms <= time.Minute.Milliseconds(), runs, ops, retried)
 	if len(runs) == 1 {
 		if r := runs[0]; r.Expired != n || r.Due != n {
 			t.Fatalf("sweep: %+v, want all %d expired", r, n)
@@ -268,10 +269,13 @@ func TestTenThousandInOneMinute(t *testing.T) {
 		if ops["UpdateItem"] != n+1 {
 			t.Errorf("%d UpdateItem for %d actions, want one each and the watermark's", ops["UpdateItem"], n)
 		}
-	} else if expired > n || ops["UpdateItem"] > written+len(runs) {
+	} else if expired > n || ops["UpdateItem"]-retried["UpdateItem"] > written+len(runs) {
 		// Runs cut short may lose the answer of a write that landed: then
-		// the sum is below n, never above, and no write was made twice.
-		t.Fatalf("runs %+v expired %d with %d UpdateItem, want at most %d, one write each", runs, expired, ops["UpdateItem"], n)
+		// the sum is below n, never above, and no write was made twice
+		// (the SDK's retries of one write, on a loaded machine, are that
+		// write: a fresh clone's make test beside make bench saw 10,091
+		// UpdateItem for 10,075 writes in 9 runs).
+		t.Fatalf("runs %+v expired %d with %d UpdateItem (%d of them the SDK's retries), want at most %d, one write each", runs, expired, ops["UpdateItem"], retried["UpdateItem"], written+len(runs))
 	}
 	// Only what fell due within the settle time of the first sweep's clock
 	// (5 s of the 60: ~833) is read again, and nothing is written for it.
