@@ -1,6 +1,7 @@
 // Package server assembles the local ExactOnce: the Lambda handlers behind
-// the API Gateway adapter, on a DynamoDB-compatible endpoint. The local
-// command and the end-to-end tests both use it.
+// the API Gateway adapter, on a DynamoDB-compatible endpoint. make run
+// (the local command) and the integration tests (internal/testkit) use it;
+// make e2e runs the functions' built assets instead (e2e/emulator).
 package server
 
 import (
