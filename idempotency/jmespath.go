@@ -11,7 +11,11 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/jmespath-community/go-jmespath"
 )
 
@@ -201,17 +205,44 @@ func mapNumbers(v any, f func(json.Number) any) any {
 // jsonValue is in as its JSON reads: maps, slices, strings, json.Number,
 // bools and nil.
 func jsonValue(in any) (any, error) {
-	b, err := json.Marshal(in)
+	b, err := marshalText(in)
 	if err != nil {
 		return nil, err
 	}
 	return decode(b)
 }
 
+// marshalText is v's JSON as encoding/json writes it, or an error when a
+// string in v is not UTF-8: encoding/json writes each such byte as \ufffd,
+// so "\xff" and "\xfe" would read as one value, and two payloads or keys as
+// one. Only when its output holds that escape does the strict encoder
+// (encoding/json's rules, invalid UTF-8 refused) look again: a JSON text
+// of v (a json.RawMessage) may spell U+FFFD so itself.
+func marshalText(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil || !bytes.Contains(b, []byte(`\ufffd`)) {
+		return b, err
+	}
+	if _, err := jsonv2.Marshal(v, jsonv1.DefaultOptionsV1(), jsontext.AllowInvalidUTF8(false)); err != nil {
+		return nil, fmt.Errorf("a string is not UTF-8 text: %w", err)
+	}
+	return b, nil
+}
+
+// decode reads one JSON value (numbers as json.Number); text after it, or
+// text that is not UTF-8, is an error, as in Powertools' json.loads.
 func decode(b []byte) (any, error) {
+	if !utf8.Valid(b) {
+		return nil, errors.New("the JSON text is not UTF-8")
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber() // numbers keep their text, so keys and fingerprints do not round
 	var v any
-	err := d.Decode(&v)
-	return v, err
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return v, nil
 }

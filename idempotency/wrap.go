@@ -242,9 +242,10 @@ func (o *Options[In, Out]) now() time.Time {
 // It is the service's canonical form (package canonjson: RFC 8785, except
 // that a number keeps its exact value), so 9007199254740993 and
 // 9007199254740992, 0.1 and 0.10000000000000001, 1e400 and 2e999 never share
-// a fingerprint.
+// a fingerprint. A string in v that is not UTF-8 is an error: JSON cannot
+// tell its bytes apart.
 func Fingerprint(v any, hashKey []byte) (string, error) {
-	b, err := json.Marshal(v)
+	b, err := marshalText(v)
 	if err != nil {
 		return "", fmt.Errorf("idempotency: payload: %w", err)
 	}

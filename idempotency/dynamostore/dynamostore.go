@@ -149,7 +149,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 			Set(attr.lease, expression.Value(now.Add(c.Lease).UnixMilli())).
 			Set(attr.claimedAt, expression.Value(FormatTime(now))).
 			Set(attr.createdAt, created).
-			Set(attr.ttl, expression.Value(now.Add(t.retention()+c.Lease).Unix())).
+			Set(attr.ttl, expression.Value(epochCeil(now.Add(t.retention()+c.Lease)))).
 			Remove(attr.doneAt).Remove(attr.response).Remove(attr.relToken)
 		for _, a := range []struct {
 			name expression.NameBuilder
@@ -195,6 +195,17 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	return nil, idempotency.ClassifyClaim(k, c)
 }
 
+// epochCeil is t in epoch seconds, rounded up: DynamoDB TTL counts whole
+// seconds, and a key is kept at least until t (a retention under a second,
+// a lease, a hold), never cut short by the second t falls in.
+func epochCeil(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
 // ttlOf is an item's end of retention (epoch seconds; 0 when absent or
 // malformed).
 func ttlOf(m map[string]types.AttributeValue) int64 {
@@ -211,7 +222,7 @@ func (t *Table) Complete(ctx context.Context, name, token string, response []byt
 	now = millis(now)
 	u := expression.Set(attr.doneAt, expression.Value(FormatTime(now))).
 		Set(attr.response, expression.Value(string(response))).
-		Set(attr.ttl, expression.Value(now.Add(t.retention()).Unix()))
+		Set(attr.ttl, expression.Value(epochCeil(now.Add(t.retention()))))
 	k, err := t.transition(ctx, name, token, u)
 	if err != nil {
 		return nil, t.classify(err, "complete", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
@@ -228,7 +239,7 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 	errText = idempotency.FitError(errText)
 	u := expression.Set(attr.released, expression.Value(FormatTime(now))).
 		Set(attr.relToken, expression.Value(token)).
-		Set(attr.ttl, expression.Value(now.Add(t.retention()).Unix())).
+		Set(attr.ttl, expression.Value(epochCeil(now.Add(t.retention())))).
 		Add(attr.failures, expression.Value(1)).
 		Remove(attr.lease).Remove(attr.claimKey).Remove(attr.claimReq).Remove(attr.claimFP)
 	if errText != "" {
@@ -253,7 +264,7 @@ func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.
 	errText = idempotency.FitError(errText)
 	until := now.Add(t.retention())
 	u := expression.Set(attr.lease, expression.Value(until.UnixMilli())).
-		Set(attr.ttl, expression.Value(until.Unix())).
+		Set(attr.ttl, expression.Value(epochCeil(until))).
 		Set(attr.lastError, expression.Value(errText))
 	k, err := t.transition(ctx, name, token, u)
 	if err != nil {
