@@ -175,10 +175,13 @@ func (g *Gate) Live(createdAt, now time.Time) bool {
 // RefHash for the action's retention: a re-sent call finds it before it
 // writes anything, so the first answer a key got is its answer forever.
 type UseRecord struct {
-	Ref   string // RefHash
-	Op    string // OpTake or OpRelease
-	UseID string
-	Write Write // the call's key digest, fingerprint and request id
+	Ref string // RefHash
+	// ActionCreatedAt is its action's createdAt: a record of an earlier
+	// action of the same id is stale.
+	ActionCreatedAt time.Time
+	Op              string // OpTake or OpRelease
+	UseID           string
+	Write           Write // the call's key digest, fingerprint and request id
 	// Reason of a take.
 	Reason string
 	// RequestedAt is when the call wrote this record, before its gate write.

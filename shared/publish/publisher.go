@@ -226,7 +226,8 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 	}
 	if len(changes) > 0 {
 		// One read for the batch's use events; a record whose action or
-		// take record is gone is undecodable like any other.
+		// take record is gone, another action's or undecodable is
+		// undecodable like any other.
 		var entries []*Entry
 		var err error
 		if p.Uses == nil {
@@ -234,13 +235,13 @@ func (p *Publisher) handle(ctx context.Context, ev lambdaevents.DynamoDBEvent, s
 		} else {
 			entries, err = UseEntries(ctx, p.Uses, changes)
 		}
-		var missing *MissingError
+		var unreadable *UnreadableError
 		switch {
-		case errors.As(err, &missing) || p.Uses == nil:
+		case errors.As(err, &unreadable) || p.Uses == nil:
 			// Find the records concerned one by one.
 			for _, i := range slices.Sorted(maps.Keys(uses)) {
 				es, err := UseEntries(ctx, p.Uses, uses[i])
-				if err != nil && !errors.As(err, &missing) || p.Uses == nil {
+				if err != nil && !errors.As(err, &unreadable) || p.Uses == nil {
 					return ok, fmt.Errorf("%w: reading use events: %w", ErrPublishing, err)
 				}
 				if err != nil {

@@ -26,14 +26,15 @@ import (
 
 // UseReader reads the actions and use records that use events need.
 type UseReader interface {
-	ReadUseContext(ctx context.Context, itemKeys []string, records []store.RecordKey) (map[string]*action.Action, map[store.RecordKey]*action.UseRecord, error)
+	ReadUseContext(ctx context.Context, itemKeys []string, records []store.RecordKey) (*store.UseContext, error)
 }
 
 // UseChange is one use taken or released, as a gate's stream record shows it.
 type UseChange struct {
-	Type       string // events.TypeUsed or events.TypeUseReleased
-	ItemKey    string // the action's
-	Take       string // the take's record name
+	Type       string    // events.TypeUsed or events.TypeUseReleased
+	ItemKey    string    // the action's
+	CreatedAt  time.Time // the action's createdAt, as its gate has it
+	Take       string    // the take's record name
 	UsedAt     time.Time
 	ReleasedAt time.Time
 }
@@ -66,7 +67,7 @@ func DeriveUses(rec lambdaevents.DynamoDBEventRecord) ([]UseChange, error) {
 	var out []UseChange
 	for _, tok := range slices.Sorted(maps.Keys(cur.Entries)) {
 		if e, ok := old.Entries[tok]; !ok || e != cur.Entries[tok] {
-			out = append(out, UseChange{Type: events.TypeUsed, ItemKey: itemKey, Take: cur.Entries[tok].Ref,
+			out = append(out, UseChange{Type: events.TypeUsed, ItemKey: itemKey, CreatedAt: cur.CreatedAt, Take: cur.Entries[tok].Ref,
 				UsedAt: cur.Entries[tok].At})
 		}
 	}
@@ -78,7 +79,7 @@ func DeriveUses(rec lambdaevents.DynamoDBEventRecord) ([]UseChange, error) {
 		if cur.LastRelease != tok {
 			return nil, fmt.Errorf("publish: gate %s freed a use without its release time", pk.String())
 		}
-		out = append(out, UseChange{Type: events.TypeUseReleased, ItemKey: itemKey, Take: old.Entries[tok].Ref,
+		out = append(out, UseChange{Type: events.TypeUseReleased, ItemKey: itemKey, CreatedAt: cur.CreatedAt, Take: old.Entries[tok].Ref,
 			UsedAt: old.Entries[tok].At, ReleasedAt: rel})
 	}
 	return out, nil
@@ -93,8 +94,9 @@ func decodeGate(img map[string]lambdaevents.DynamoDBAttributeValue) (*action.Gat
 }
 
 // UseEntries builds the events of changes with what r reads. A change
-// whose action or take record is not in the table (deleted since) is an
-// error naming it: the record is then reported like any undecodable one.
+// whose action or take record is not in the table (deleted since, or the
+// id's action now is another), or does not decode, is an UnreadableError
+// naming it: the record is then reported like any undecodable one.
 func UseEntries(ctx context.Context, r UseReader, changes []UseChange) ([]*Entry, error) {
 	if len(changes) == 0 {
 		return nil, nil
@@ -105,15 +107,15 @@ func UseEntries(ctx context.Context, r UseReader, changes []UseChange) ([]*Entry
 		items = append(items, c.ItemKey)
 		recs = append(recs, store.RecordKey{ItemKey: c.ItemKey, Ref: c.Take})
 	}
-	as, rs, err := r.ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
+	uc, err := r.ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*Entry, 0, len(changes))
 	for _, c := range changes {
-		a, rec := as[c.ItemKey], rs[store.RecordKey{ItemKey: c.ItemKey, Ref: c.Take}]
-		if a == nil || rec == nil {
-			return nil, &MissingError{ItemKey: c.ItemKey, Take: c.Take}
+		a, rec, err := uc.Use(store.RecordKey{ItemKey: c.ItemKey, Ref: c.Take}, c.CreatedAt)
+		if err != nil {
+			return nil, &UnreadableError{ItemKey: c.ItemKey, Take: c.Take, Err: err}
 		}
 		e, err := useEvent(c, a, rec)
 		if err != nil {
@@ -124,12 +126,18 @@ func UseEntries(ctx context.Context, r UseReader, changes []UseChange) ([]*Entry
 	return out, nil
 }
 
-// MissingError is a use change whose action or take record is gone.
-type MissingError struct{ ItemKey, Take string }
-
-func (e *MissingError) Error() string {
-	return "publish: the action or take record of use " + e.Take + " of " + e.ItemKey + " is not in the table"
+// UnreadableError is a use change whose event the table cannot give: its
+// action or take record is gone, is another action's, or does not decode.
+type UnreadableError struct {
+	ItemKey, Take string
+	Err           error
 }
+
+func (e *UnreadableError) Error() string {
+	return "publish: use " + e.Take + " of " + e.ItemKey + ": " + e.Err.Error()
+}
+
+func (e *UnreadableError) Unwrap() error { return e.Err }
 
 // useEvent is the event of one change.
 func useEvent(c UseChange, a *action.Action, rec *action.UseRecord) (*Entry, error) {

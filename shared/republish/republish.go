@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -52,8 +53,9 @@ type Result struct {
 	Matched   int     `json:"matched"`   // events the window holds: actions finished, uses taken and released in it
 	Published int     `json:"published"` // events EventBridge accepted
 	ReadUnits float64 `json:"readUnits"` // consumed by the Scan
-	// Undecodable are ids of items in the window that are not valid
-	// actions: no event can be rebuilt for them (fix the item, run again).
+	// Undecodable are the keys of items in the window that do not decode
+	// (actions, and the gates, use records and actions of uses): no event
+	// can be rebuilt for them (fix the item, run again).
 	Undecodable []string `json:"undecodable,omitempty"`
 	Millis      int64    `json:"durationMs"`
 }
@@ -113,10 +115,11 @@ func (req Request) window(now time.Time) (from, to time.Time, total int, segment
 // in the window (its action.used), a released one taken or released in it
 // (its action.used, its action.use_released: a take record stamped by a
 // release whose use has left its gate), with one read of the actions and
-// take records they need, and one of the released uses' gates.
-func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, now time.Time) ([]*publish.Entry, error) {
+// take records they need, and one of the released uses' gates. It also
+// returns the keys of the items that read does not decode.
+func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, now time.Time) ([]*publish.Entry, []string, error) {
 	if len(w.Held) == 0 && len(w.Released) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var items []string
 	var recs []store.RecordKey
@@ -128,35 +131,35 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, 
 		items = append(items, rr.ItemKey)
 	}
 	st := store.New(r.DB, r.Table, store.Options{})
-	as, rs, err := st.ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
+	uc, err := st.ReadUseContext(ctx, slices.Compact(slices.Sorted(slices.Values(items))), recs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	released, err := st.Released(ctx, as, w.Released, now)
+	released, err := st.Released(ctx, uc.Actions, w.Released, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	in := func(t time.Time) bool { return !t.Before(from) && t.Before(to) }
 	var out []*publish.Entry
 	for _, h := range w.Held {
-		a, rec := as[h.ItemKey], rs[store.RecordKey{ItemKey: h.ItemKey, Ref: h.Entry.Ref}]
-		if a == nil || rec == nil {
-			continue // gone since (its action's retention ended)
+		a, rec, err := uc.Use(store.RecordKey{ItemKey: h.ItemKey, Ref: h.Entry.Ref}, h.CreatedAt)
+		if err != nil {
+			continue // gone since (its action's retention ended), or in Unreadable
 		}
 		es, _, err := publish.RebuildUses(a, []publish.UseChange{{Take: h.Entry.Ref, UsedAt: h.Entry.At}}, nil, map[string]*action.UseRecord{h.Entry.Ref: rec})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, es...)
 	}
 	for _, rr := range released {
-		a := as[rr.ItemKey]
-		if a == nil {
-			continue
+		a := uc.Actions[rr.ItemKey]
+		if a == nil || !a.CreatedAt.Equal(rr.Record.ActionCreatedAt) {
+			continue // gone, another action's record, or in Unreadable
 		}
 		es, at, err := publish.RebuildUses(a, nil, []*action.UseRecord{rr.Record}, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for k, e := range es {
 			if in(at[k]) {
@@ -164,7 +167,7 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, 
 			}
 		}
 	}
-	return out, nil
+	return out, slices.Sorted(maps.Keys(uc.Unreadable)), nil
 }
 
 // Republisher reads one table and publishes through one publisher.
@@ -205,10 +208,13 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 						entries = append(entries, e)
 					}
 				}
-				uses, err := r.useEntries(ctx, w, from, to, start)
+				uses, unreadable, err := r.useEntries(ctx, w, from, to, start)
 				if err != nil {
 					return err
 				}
+				mu.Lock()
+				res.Undecodable = append(res.Undecodable, unreadable...)
+				mu.Unlock()
 				n, err := r.Publisher.Publish(ctx, append(entries, uses...))
 				mu.Lock()
 				res.Matched += len(entries) + len(uses)
@@ -232,6 +238,7 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 			return res, err
 		}
 	}
+	res.Undecodable = slices.Compact(slices.Sorted(slices.Values(res.Undecodable)))
 	if len(res.Undecodable) > 0 {
 		r.Log.Error("items in the window could not be read; no event rebuilt for them", "actionIds", res.Undecodable)
 	}

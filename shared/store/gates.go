@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -657,8 +658,9 @@ func (st *Store) ListUses(ctx context.Context, tenantName, id, cursor string, li
 // ReadUseContext reads, for the events of uses (the publisher, republish),
 // the actions with the given item keys and the use records with the given
 // names (recordKeys: item key and record name), strongly consistent, one
-// BatchGetItem per 100; what is missing is left out of the maps.
-func (st *Store) ReadUseContext(ctx context.Context, itemKeys []string, records []RecordKey) (map[string]*action.Action, map[RecordKey]*action.UseRecord, error) {
+// BatchGetItem per 100. What is missing is left out of the maps; so is an
+// item that does not decode (one edited by hand), which Unreadable names.
+func (st *Store) ReadUseContext(ctx context.Context, itemKeys []string, records []RecordKey) (*UseContext, error) {
 	keys := make([]string, 0, len(itemKeys)+len(records))
 	keys = append(keys, itemKeys...)
 	for _, r := range records {
@@ -666,28 +668,58 @@ func (st *Store) ReadUseContext(ctx context.Context, itemKeys []string, records 
 	}
 	items, err := st.readItems(ctx, keys, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	as, rs := map[string]*action.Action{}, map[RecordKey]*action.UseRecord{}
+	c := &UseContext{Actions: map[string]*action.Action{}, Records: map[RecordKey]*action.UseRecord{}, Unreadable: map[string]error{}}
 	for i, it := range items {
-		if it == nil {
-			continue
-		}
-		if i < len(itemKeys) {
-			a, err := Decode(it)
-			if err != nil {
-				return nil, nil, err
+		switch {
+		case it == nil:
+		case i < len(itemKeys):
+			if a, err := Decode(it); err != nil {
+				c.Unreadable[keys[i]] = err
+			} else {
+				c.Actions[itemKeys[i]] = a
 			}
-			as[itemKeys[i]] = a
-			continue
+		default:
+			if r, err := DecodeRecord(it); err != nil {
+				c.Unreadable[keys[i]] = err
+			} else {
+				c.Records[records[i-len(itemKeys)]] = r
+			}
 		}
-		r, err := DecodeRecord(it)
-		if err != nil {
+	}
+	return c, nil
+}
+
+// UseContext is what ReadUseContext read: actions by item key, use records
+// by RecordKey, and the items there that do not decode, by partition key,
+// with why.
+type UseContext struct {
+	Actions    map[string]*action.Action
+	Records    map[RecordKey]*action.UseRecord
+	Unreadable map[string]error
+}
+
+// ErrUseGone is a use whose action or take record is not in the table:
+// deleted since, or the id's action now is another (created again after
+// the first one's retention ended).
+var ErrUseGone = errors.New("store: the action or take record of this use is not in the table")
+
+// Use returns the action and the take record of use k, taken from the
+// gate of the action created at createdAt: an error when either does not
+// decode, and ErrUseGone when either is missing or belongs to another
+// action of that id.
+func (c *UseContext) Use(k RecordKey, createdAt time.Time) (*action.Action, *action.UseRecord, error) {
+	for _, pk := range []string{k.ItemKey, recordKey(k.ItemKey, k.Ref)} {
+		if err := c.Unreadable[pk]; err != nil {
 			return nil, nil, err
 		}
-		rs[records[i-len(itemKeys)]] = r
 	}
-	return as, rs, nil
+	a, rec := c.Actions[k.ItemKey], c.Records[k]
+	if a == nil || rec == nil || !a.CreatedAt.Equal(createdAt) || !rec.ActionCreatedAt.Equal(createdAt) {
+		return nil, nil, ErrUseGone
+	}
+	return a, rec, nil
 }
 
 // RecordKey names a use record: its action's item key and its name.

@@ -38,8 +38,9 @@ type Window struct {
 
 // HeldEntry is a held use found in a gate, by its action's item key.
 type HeldEntry struct {
-	ItemKey string
-	Entry   action.Entry
+	ItemKey   string
+	CreatedAt time.Time // the gate's action's createdAt
+	Entry     action.Entry
 }
 
 // ReleasedRecord is a released use's take record, by its action's item key.
@@ -108,7 +109,7 @@ func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to
 				}
 				for _, e := range g.Entries {
 					if !e.At.Before(from) && e.At.Before(to) {
-						w.Held = append(w.Held, HeldEntry{ItemKey: itemKey, Entry: e})
+						w.Held = append(w.Held, HeldEntry{ItemKey: itemKey, CreatedAt: g.CreatedAt, Entry: e})
 					}
 				}
 				continue

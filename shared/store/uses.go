@@ -136,7 +136,7 @@ func DecodeRecord(item map[string]types.AttributeValue) (*action.UseRecord, erro
 		RequestedAt: fromMs(ri.RequestedAt), Outcome: action.Code(ri.Outcome), Of: ri.Of,
 		UsedAt: fromMs(ri.UsedAt), ReleasedAt: fromMs(ri.ReleasedAt),
 		Release: action.Write{Key: ri.RelKey, Fingerprint: ri.RelFP, RequestID: ri.RelReq}, ReleaseRef: ri.RelRef,
-		Holder: ri.Holder, HeldUntil: fromMs(ri.HeldUntil),
+		Holder: ri.Holder, HeldUntil: fromMs(ri.HeldUntil), ActionCreatedAt: fromMs(ri.Action),
 	}
 	if rest, ok := strings.CutPrefix(pk, recordPrefix); ok && len(rest) > 12 {
 		r.Ref = rest[:12]
