@@ -78,6 +78,13 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		if err != nil {
 			return fail(err)
 		}
+		if req.Supersede {
+			// It cancels the user's earlier actions of the kind: a JWT caller
+			// needs the cancel routes' scope too.
+			if err := needScope(&ev, routeScopes[RouteCancel]); err != nil {
+				return fail(err)
+			}
+		}
 		act, err := action.ValidateCreate(&req, a.Now())
 		if action.TooLateToCreate(err) && r.key != "" {
 			// Too late to write, but perhaps the retry of a create that was

@@ -41,8 +41,8 @@ func (a *API) tenantOf(route string, ev *events.APIGatewayV2HTTPRequest) (string
 			names = tenant.IAMPrincipals(az.IAM.UserARN)
 		}
 		if jwt := az.JWT; jwt != nil {
-			if want := routeScopes[route]; !slices.Contains(jwtScopes(jwt), want) {
-				return "", &errForbidden{"the token lacks the scope " + want}
+			if err := needScope(ev, routeScopes[route]); err != nil {
+				return "", err
 			}
 			claim := a.TenantClaim
 			if claim == "" {
@@ -56,6 +56,16 @@ func (a *API) tenantOf(route string, ev *events.APIGatewayV2HTTPRequest) (string
 		return "", &errForbidden{"the caller is in no tenant"}
 	}
 	return t, nil
+}
+
+// needScope refuses a JWT caller whose token lacks scope: the route's, or
+// another's whose work the request also does (a create that supersedes
+// cancels).
+func needScope(ev *events.APIGatewayV2HTTPRequest, scope string) error {
+	if az := ev.RequestContext.Authorizer; az != nil && az.JWT != nil && !slices.Contains(jwtScopes(az.JWT), scope) {
+		return &errForbidden{"the token lacks the scope " + scope}
+	}
+	return nil
 }
 
 // jwtScopes are the token's scopes: API Gateway's list, or the "scope"

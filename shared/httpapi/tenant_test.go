@@ -140,8 +140,9 @@ func TestUnmappedCaller(t *testing.T) {
 	}
 }
 
-// TestJWTScopes: with a JWT authorizer, each route needs its scope, and the
-// tenant comes from the configured claim.
+// TestJWTScopes: with a JWT authorizer, each route needs its scope (a
+// create that supersedes, the cancel routes' too), and the tenant comes
+// from the configured claim.
 func TestJWTScopes(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t, withTenants)
@@ -161,6 +162,31 @@ func TestJWTScopes(t *testing.T) {
 	}
 	if r, _ := env.API.Create(ctx, ev("POST /actions", "actions:read actions:create")); r.StatusCode != 201 {
 		t.Fatalf("create with its scope: %d %s", r.StatusCode, r.Body)
+	}
+	// A create that supersedes cancels the user's earlier action of its
+	// kind: it needs actions:cancel too, and without it nothing is written.
+	first := ev("POST /actions", "actions:create")
+	first.Body = `{"actionId":"s1","userId":"victim","kind":"login"}`
+	if r, _ := env.API.Create(ctx, first); r.StatusCode != 201 {
+		t.Fatalf("create s1: %d %s", r.StatusCode, r.Body)
+	}
+	sup := ev("POST /actions", "actions:create")
+	sup.Body = `{"actionId":"s2","userId":"victim","kind":"login","supersede":true}`
+	if r, _ := env.API.Create(ctx, sup); r.StatusCode != 403 || !strings.Contains(r.Body, "actions:cancel") {
+		t.Fatalf("supersede without actions:cancel: %d %s", r.StatusCode, r.Body)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if r := as(t, env, beta, "GET", "/actions/"+id, ""); (id == "s1") != (r.Status == 200 && r.Str("state") == "active") {
+			t.Fatalf("after a refused supersede, %s: %s", id, r.Raw)
+		}
+	}
+	sup = ev("POST /actions", "actions:create actions:cancel")
+	sup.Body = `{"actionId":"s2","userId":"victim","kind":"login","supersede":true}`
+	if r, _ := env.API.Create(ctx, sup); r.StatusCode != 201 {
+		t.Fatalf("supersede with actions:cancel: %d %s", r.StatusCode, r.Body)
+	}
+	if r := as(t, env, beta, "GET", "/actions/s1", ""); r.Str("cancelReason") != "superseded" {
+		t.Fatalf("s1 after the supersede: %s", r.Raw)
 	}
 	if r, _ := env.API.Consume(ctx, ev("POST /actions/{actionId}/consume", "actions:read")); r.StatusCode != 403 {
 		t.Fatalf("consume without actions:consume: %d %s", r.StatusCode, r.Body)

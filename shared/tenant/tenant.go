@@ -74,6 +74,9 @@ func rolePattern(p string) (string, error) {
 	if strings.Contains(p, ":assumed-role/") {
 		return "", fmt.Errorf("pattern %q names an assumed-role session, whose name the caller chooses: use the role's ARN (arn:aws:iam::ACCOUNT:role/NAME) or its name", p)
 	}
+	if strings.Contains(p, ":federated-user/") {
+		return "", fmt.Errorf("pattern %q names a federated user, whose name the caller of sts:GetFederationToken chooses: give the service a role and name the role", p)
+	}
 	head, res, ok := strings.Cut(p, ":role/")
 	if !ok || !strings.HasPrefix(p, "arn:") || !strings.Contains(res, "/") {
 		return p, nil
@@ -156,20 +159,21 @@ func match(p, s string) bool {
 // IAMPrincipals are the names an IAM caller is matched by: its ARN or, for
 // an assumed role (arn:aws:sts::ACCOUNT:assumed-role/NAME/SESSION), the
 // role's ARN (arn:aws:iam::ACCOUNT:role/NAME) and its name, never the
-// assumed-role ARN: its session name is the caller's choice.
+// assumed-role ARN: its session name is the caller's choice. Any other STS
+// principal (a federated user, whose name the caller of
+// sts:GetFederationToken chooses) has no name to match: it is in no tenant.
 func IAMPrincipals(arn string) []string {
-	out := []string{arn}
 	rest, ok := strings.CutPrefix(arn, "arn:")
 	if !ok {
-		return out
+		return []string{arn}
 	}
 	f := strings.SplitN(rest, ":", 5) // partition, service, region, account, resource
 	if len(f) != 5 || f[1] != "sts" {
-		return out
+		return []string{arn}
 	}
 	role, ok := strings.CutPrefix(f[4], "assumed-role/")
 	if !ok {
-		return out
+		return nil
 	}
 	name, _, _ := strings.Cut(role, "/")
 	return []string{"arn:" + f[0] + ":iam::" + f[3] + ":role/" + name, name}

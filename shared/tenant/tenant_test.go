@@ -67,7 +67,9 @@ func TestItemKeys(t *testing.T) {
 // TestSessionNameChoosesNoTenant (issue 21, item 17): the session name of
 // an assumed role is the caller's choice, so no pattern is matched against
 // it: "*-star" names roles ending in -star, not sessions; a pattern naming
-// an assumed-role session is refused. A role pattern with an IAM path
+// an assumed-role session is refused. So is the name of a federated user
+// (sts:GetFederationToken names it): such a caller is in no tenant, and a
+// pattern naming one is refused. A role pattern with an IAM path
 // matches that role (the assumed-role ARN carries no path; role names are
 // unique in an account), and a glob under a path, which cannot be checked,
 // is refused.
@@ -86,6 +88,8 @@ func TestSessionNameChoosesNoTenant(t *testing.T) {
 		{"arn:aws:sts::999999999999:assumed-role/coupon-svc/s1", "", false},           // another account's role
 		{"arn:aws:iam::111122223333:user/team/payments/coupon-svc", "", false},        // a user is not the role
 		{"arn:aws:sts::111122223333:assumed-role/coupon-svc-x/coupon-svc", "", false}, // nor a session named like it
+		{"arn:aws:sts::111122223333:federated-user/alice-star", "", false},            // a federated user's name is chosen too
+		{"arn:aws:sts::111122223333:federated-user/coupon-svc", "", false},
 	} {
 		got, ok := m.Resolve(IAMPrincipals(tc.arn)...)
 		if got != tc.want || ok != tc.ok {
@@ -97,6 +101,7 @@ func TestSessionNameChoosesNoTenant(t *testing.T) {
 		`{"a":["arn:aws:sts::111122223333:assumed-role/r/*"]}`,
 		`{"a":["arn:aws:iam::111122223333:role/team/*"]}`,
 		`{"a":["arn:aws:iam::111122223333:role/te*/svc"]}`,
+		`{"a":["arn:aws:sts::111122223333:federated-user/alice"]}`,
 	} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("accepted %s", bad)
