@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/exactonce/exactonce/idempotency"
@@ -93,7 +94,7 @@ func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Dur
 			if err != nil {
 				return nil, err
 			}
-			return json.Marshal(v)
+			return encodeResult(v)
 		})
 		var busy *idempotency.InProgressError
 		switch {
@@ -107,4 +108,20 @@ func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Dur
 		}
 		return res.Response, nil
 	}
+}
+
+// encodeResult is fn's result as JSON. fn has run (its effect happened), so
+// a result that cannot be encoded (NaN, a channel, a panicking MarshalJSON)
+// is idempotency.ErrResponseNotStored: Run keeps the key held rather than
+// release it for a retry to run fn again.
+func encodeResult(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("%w: encode the result: panic: %v", idempotency.ErrResponseNotStored, r)
+		}
+	}()
+	if b, err = json.Marshal(v); err != nil {
+		return nil, fmt.Errorf("%w: encode the result: %w", idempotency.ErrResponseNotStored, err)
+	}
+	return b, nil
 }
