@@ -71,7 +71,8 @@ func (c *Client) GetKey(ctx context.Context, key string) (*Key, error) {
 
 func (k *Key) setReplayed(r bool) { k.Replayed = r }
 
-// Do runs fn at most once per key across every caller and retry: the
+// Do runs fn at most once per key across every caller and retry, as long as
+// fn ends within its lease and its result can be stored (below): the
 // idempotency library's flow (idempotency.Run) over the hosted keys
 // (KeyStore). Claim the key; if it is completed, return the stored
 // response; if another caller holds it, wait (Retry-After) and claim again;
@@ -81,9 +82,21 @@ func (k *Key) setReplayed(r bool) { k.Replayed = r }
 // as JSON. A key reused with another fingerprint is
 // idempotency.ErrPayloadMismatch (and ErrFingerprintMismatch).
 //
-// The lease must outlast fn: if it lapses, another caller may take over and
-// this caller's complete fails with ErrLeaseLost (fn's effect then happened,
-// and the other caller's may too; keep fn itself idempotent or the lease long).
+// fn can run twice under a key in two ways, both after its lease lapses:
+//   - fn outlives the lease: another caller may take over and this caller's
+//     complete fails with ErrLeaseLost (fn's effect then happened, and the
+//     other caller's may too).
+//   - fn's result cannot be stored: it does not encode to JSON (NaN, a
+//     channel) or its JSON is over idempotency.MaxHostedResponseBytes
+//     (64 KiB). Do returns idempotency.ErrResponseNotStored
+//     (ErrResponseTooLarge for the size) and does not release the key, but
+//     the hosted keys cannot hold it for longer than its lease: until the
+//     lease ends, a Do under the key waits; after it, the next Do runs fn
+//     again.
+//
+// So keep the lease above fn's longest run and fn's result small and
+// encodable, or keep fn itself idempotent.
+//
 // For typed inputs and outputs, hooks and a cache, use idempotency.Wrap with
 // Store: c.KeyStore().
 func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Duration, fn func(context.Context) (any, error)) (json.RawMessage, error) {

@@ -65,8 +65,11 @@ func (s *KeyStore) Release(ctx context.Context, key, token, reason string, _ tim
 }
 
 // MaxResponseBytes is the largest response the hosted keys store
-// (idempotency.MaxHostedResponseBytes); the library holds a key whose response is
-// larger rather than release it.
+// (idempotency.MaxHostedResponseBytes). The library does not release a key
+// whose response is larger (idempotency.ErrResponseTooLarge), but the hosted
+// keys have no way to hold a key past its lease (KeyStore is not an
+// idempotency.Holder): the key stays in progress only until its lease ends,
+// and then the next claim is granted and runs the function again.
 func (s *KeyStore) MaxResponseBytes() int { return idempotency.MaxHostedResponseBytes }
 
 // rejection adds the domain's refusal to a holder's refused call.
