@@ -63,7 +63,26 @@ type Option func(*Client)
 func WithCaller(principalARN string) Option { return func(c *Client) { c.caller = principalARN } }
 
 // WithHTTPClient sets the HTTP client (default: a client with a 30 s timeout).
-func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+// The client uses a shallow copy of h whose CheckRedirect follows no
+// redirect (h itself is not changed): an answer 3xx is returned as a *Error
+// with its status, not retried, so no request, credential, PIN or
+// Idempotency-Key goes to another URL and no other server's answer passes
+// for the API's.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) {
+		if h != nil {
+			c.http = noRedirects(h)
+		}
+	}
+}
+
+// noRedirects is a shallow copy of h that follows no redirect: the answer
+// 3xx itself is returned (and becomes a *Error).
+func noRedirects(h *http.Client) *http.Client {
+	cp := *h
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
+}
 
 // WithRetry sets the retry policy; zero fields keep their defaults.
 func WithRetry(r Retry) Option {
@@ -95,7 +114,7 @@ func WithSigV4(cfg aws.Config) Option {
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
 		base:  trimSlash(baseURL),
-		http:  &http.Client{Timeout: 30 * time.Second},
+		http:  noRedirects(&http.Client{Timeout: 30 * time.Second}),
 		retry: Retry{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second},
 	}
 	for _, o := range opts {
@@ -133,7 +152,7 @@ type response struct {
 }
 
 // do runs a call with retries and decodes a 2xx body into out; any other
-// answer becomes an *Error.
+// answer becomes an *Error (a 3xx too: redirects are not followed).
 func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 	var last error
 	for attempt := 0; attempt < c.retry.MaxAttempts; attempt++ {

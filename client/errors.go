@@ -98,6 +98,9 @@ func decodeError(r *response) *Error {
 	e := &Error{}
 	if err := json.Unmarshal(r.body, e); err != nil || e.Code == "" {
 		e = &Error{Code: fmt.Sprintf("http_%d", r.status), Message: string(truncate(r.body, 200))}
+		if loc := r.header.Get("Location"); r.status >= 300 && r.status < 400 && loc != "" {
+			e.Message = "redirect to " + string(truncate([]byte(loc), 200)) + " (not followed)"
+		}
 	}
 	e.Status = r.status
 	e.RetryAfter = retryAfter(r.header)
