@@ -288,11 +288,19 @@ func (c *Client) backoff(attempt int, last error) time.Duration {
 	if errors.As(last, &e) && e.RetryAfter > 0 {
 		return e.RetryAfter
 	}
-	ceiling := c.retry.MaxDelay
-	if shift := attempt - 1; shift < 30 {
-		ceiling = min(c.retry.MaxDelay, c.retry.BaseDelay<<shift)
+	// ceiling is min(MaxDelay, BaseDelay·2^(attempt-1)), compared before
+	// shifting: BaseDelay<<shift ≤ MaxDelay exactly when BaseDelay ≤
+	// MaxDelay>>shift, so the shift never overflows (20 s·2^29 would, and
+	// a negative ceiling made crypto/rand panic).
+	ceiling := max(c.retry.MaxDelay, 0)
+	if shift := max(attempt-1, 0); shift < 63 && c.retry.BaseDelay <= ceiling>>shift {
+		ceiling = max(c.retry.BaseDelay<<shift, 0)
 	}
-	n, _ := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1))
+	// Up to ceiling inclusive, in big.Int: ceiling+1 overflows at MaxInt64.
+	n, err := rand.Int(rand.Reader, new(big.Int).Add(big.NewInt(int64(ceiling)), big.NewInt(1)))
+	if err != nil {
+		return ceiling
+	}
 	return time.Duration(n.Int64())
 }
 
