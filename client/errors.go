@@ -62,6 +62,10 @@ func (s *sentinel) matches(code string) bool {
 
 // Sentinels for errors.Is, one per error code of the API (declared in
 // client/codes, and for idempotency keys in package idempotency).
+// ErrForbidden is the service's forbidden (a caller no tenant takes); API
+// Gateway's own 403 ({"message":"Forbidden"}: IAM denied the signer, or a
+// JWT lacks the route's scope) has no API code, so it is an *Error with Code
+// "http_403" that ErrForbidden does not match.
 var (
 	ErrInvalidRequest      = is(codes.InvalidRequest)
 	ErrTooLarge            = is(codes.TooLarge)
