@@ -63,7 +63,26 @@ type Option func(*Client)
 func WithCaller(principalARN string) Option { return func(c *Client) { c.caller = principalARN } }
 
 // WithHTTPClient sets the HTTP client (default: a client with a 30 s timeout).
-func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+// The client uses a shallow copy of h whose CheckRedirect follows no
+// redirect (h itself is not changed): an answer 3xx is returned as a *Error
+// with its status, not retried, so no request, credential, PIN or
+// Idempotency-Key goes to another URL and no other server's answer passes
+// for the API's.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) {
+		if h != nil {
+			c.http = noRedirects(h)
+		}
+	}
+}
+
+// noRedirects is a shallow copy of h that follows no redirect: the answer
+// 3xx itself is returned (and becomes a *Error).
+func noRedirects(h *http.Client) *http.Client {
+	cp := *h
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
+}
 
 // WithRetry sets the retry policy; zero fields keep their defaults.
 func WithRetry(r Retry) Option {
@@ -95,7 +114,7 @@ func WithSigV4(cfg aws.Config) Option {
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
 		base:  trimSlash(baseURL),
-		http:  &http.Client{Timeout: 30 * time.Second},
+		http:  noRedirects(&http.Client{Timeout: 30 * time.Second}),
 		retry: Retry{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second},
 	}
 	for _, o := range opts {
@@ -133,7 +152,7 @@ type response struct {
 }
 
 // do runs a call with retries and decodes a 2xx body into out; any other
-// answer becomes an *Error.
+// answer becomes an *Error (a 3xx too: redirects are not followed).
 func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 	var last error
 	for attempt := 0; attempt < c.retry.MaxAttempts; attempt++ {
@@ -269,11 +288,19 @@ func (c *Client) backoff(attempt int, last error) time.Duration {
 	if errors.As(last, &e) && e.RetryAfter > 0 {
 		return e.RetryAfter
 	}
-	ceiling := c.retry.MaxDelay
-	if shift := attempt - 1; shift < 30 {
-		ceiling = min(c.retry.MaxDelay, c.retry.BaseDelay<<shift)
+	// ceiling is min(MaxDelay, BaseDelay·2^(attempt-1)), compared before
+	// shifting: BaseDelay<<shift ≤ MaxDelay exactly when BaseDelay ≤
+	// MaxDelay>>shift, so the shift never overflows (20 s·2^29 would, and
+	// a negative ceiling made crypto/rand panic).
+	ceiling := max(c.retry.MaxDelay, 0)
+	if shift := max(attempt-1, 0); shift < 63 && c.retry.BaseDelay <= ceiling>>shift {
+		ceiling = max(c.retry.BaseDelay<<shift, 0)
 	}
-	n, _ := rand.Int(rand.Reader, big.NewInt(int64(ceiling)+1))
+	// Up to ceiling inclusive, in big.Int: ceiling+1 overflows at MaxInt64.
+	n, err := rand.Int(rand.Reader, new(big.Int).Add(big.NewInt(int64(ceiling)), big.NewInt(1)))
+	if err != nil {
+		return ceiling
+	}
 	return time.Duration(n.Int64())
 }
 

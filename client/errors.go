@@ -62,6 +62,10 @@ func (s *sentinel) matches(code string) bool {
 
 // Sentinels for errors.Is, one per error code of the API (declared in
 // client/codes, and for idempotency keys in package idempotency).
+// ErrForbidden is the service's forbidden (a caller no tenant takes); API
+// Gateway's own 403 ({"message":"Forbidden"}: IAM denied the signer, or a
+// JWT lacks the route's scope) has no API code, so it is an *Error with Code
+// "http_403" that ErrForbidden does not match.
 var (
 	ErrInvalidRequest      = is(codes.InvalidRequest)
 	ErrTooLarge            = is(codes.TooLarge)
@@ -98,6 +102,9 @@ func decodeError(r *response) *Error {
 	e := &Error{}
 	if err := json.Unmarshal(r.body, e); err != nil || e.Code == "" {
 		e = &Error{Code: fmt.Sprintf("http_%d", r.status), Message: string(truncate(r.body, 200))}
+		if loc := r.header.Get("Location"); r.status >= 300 && r.status < 400 && loc != "" {
+			e.Message = "redirect to " + string(truncate([]byte(loc), 200)) + " (not followed)"
+		}
 	}
 	e.Status = r.status
 	e.RetryAfter = retryAfter(r.header)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/exactonce/exactonce/idempotency"
@@ -70,7 +71,8 @@ func (c *Client) GetKey(ctx context.Context, key string) (*Key, error) {
 
 func (k *Key) setReplayed(r bool) { k.Replayed = r }
 
-// Do runs fn at most once per key across every caller and retry: the
+// Do runs fn at most once per key across every caller and retry, as long as
+// fn ends within its lease and its result can be stored (below): the
 // idempotency library's flow (idempotency.Run) over the hosted keys
 // (KeyStore). Claim the key; if it is completed, return the stored
 // response; if another caller holds it, wait (Retry-After) and claim again;
@@ -80,9 +82,21 @@ func (k *Key) setReplayed(r bool) { k.Replayed = r }
 // as JSON. A key reused with another fingerprint is
 // idempotency.ErrPayloadMismatch (and ErrFingerprintMismatch).
 //
-// The lease must outlast fn: if it lapses, another caller may take over and
-// this caller's complete fails with ErrLeaseLost (fn's effect then happened,
-// and the other caller's may too; keep fn itself idempotent or the lease long).
+// fn can run twice under a key in two ways, both after its lease lapses:
+//   - fn outlives the lease: another caller may take over and this caller's
+//     complete fails with ErrLeaseLost (fn's effect then happened, and the
+//     other caller's may too).
+//   - fn's result cannot be stored: it does not encode to JSON (NaN, a
+//     channel) or its JSON is over idempotency.MaxHostedResponseBytes
+//     (64 KiB). Do returns idempotency.ErrResponseNotStored
+//     (ErrResponseTooLarge for the size) and does not release the key, but
+//     the hosted keys cannot hold it for longer than its lease: until the
+//     lease ends, a Do under the key waits; after it, the next Do runs fn
+//     again.
+//
+// So keep the lease above fn's longest run and fn's result small and
+// encodable, or keep fn itself idempotent.
+//
 // For typed inputs and outputs, hooks and a cache, use idempotency.Wrap with
 // Store: c.KeyStore().
 func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Duration, fn func(context.Context) (any, error)) (json.RawMessage, error) {
@@ -93,7 +107,7 @@ func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Dur
 			if err != nil {
 				return nil, err
 			}
-			return json.Marshal(v)
+			return encodeResult(v)
 		})
 		var busy *idempotency.InProgressError
 		switch {
@@ -107,4 +121,20 @@ func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Dur
 		}
 		return res.Response, nil
 	}
+}
+
+// encodeResult is fn's result as JSON. fn has run (its effect happened), so
+// a result that cannot be encoded (NaN, a channel, a panicking MarshalJSON)
+// is idempotency.ErrResponseNotStored: Run keeps the key held rather than
+// release it for a retry to run fn again.
+func encodeResult(v any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("%w: encode the result: panic: %v", idempotency.ErrResponseNotStored, r)
+		}
+	}()
+	if b, err = json.Marshal(v); err != nil {
+		return nil, fmt.Errorf("%w: encode the result: %w", idempotency.ErrResponseNotStored, err)
+	}
+	return b, nil
 }

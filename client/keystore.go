@@ -23,17 +23,17 @@ func (c *Client) KeyStore() *KeyStore { return &KeyStore{c: c} }
 var _ idempotency.Persistence = (*KeyStore)(nil)
 
 // Claim claims key (POST /keys/{key}/claim). The service mints the token;
-// the lease is whole seconds from 1 to 3600.
+// the lease is whole seconds from 1 to 3600. A key another caller holds is
+// a refusal in_progress whose record's LeaseExpiresAt is cl.Now plus the
+// server's Retry-After (so the wait does not depend on the two clocks
+// agreeing; see inProgressWait for an answer without one).
 func (s *KeyStore) Claim(ctx context.Context, key string, cl idempotency.Claim) (*idempotency.Record, error) {
 	lease := min(max(cl.Lease, time.Second), idempotency.MaxHostedLease)
 	k, err := s.c.Claim(ctx, key, cl.Fingerprint, lease)
 	var e *Error
 	switch {
 	case errors.As(err, &e) && e.Code == string(idempotency.CodeInProgress):
-		until := cl.Now.Add(max(e.RetryAfter, time.Second))
-		if e.LeaseExpiresAt != nil {
-			until = *e.LeaseExpiresAt
-		}
+		until := cl.Now.Add(inProgressWait(e, cl.Now, lease))
 		return nil, &refusal{&idempotency.Rejection{Code: idempotency.CodeInProgress, Key: &idempotency.Record{Name: key, LeaseExpiresAt: until}}, err}
 	case errors.As(err, &e) && e.Code == string(idempotency.CodeFingerprintMismatch):
 		return nil, &refusal{&idempotency.Rejection{Code: idempotency.CodeFingerprintMismatch}, err}
@@ -44,6 +44,24 @@ func (s *KeyStore) Claim(ctx context.Context, key string, cl idempotency.Claim) 
 		return nil, &idempotency.Replay{Key: record(k, cl.Fingerprint)}
 	}
 	return record(k, cl.Fingerprint), nil
+}
+
+// inProgressWait is how long to wait before claiming a key another caller
+// holds again: the server's Retry-After, which counts on the server's clock
+// alone. Without it, the answer's leaseExpiresAt less the local clock, which
+// a skewed clock makes wrong either way (a clock ahead: 0 and a claim loop,
+// a billed write each; behind: a wait past the lease), so it is bounded to
+// between 1 s (the service's least Retry-After) and lease, the lease this
+// caller asked for (at most MaxHostedLease): waiting one lease of its own
+// costs one claim per lease at worst.
+func inProgressWait(e *Error, now time.Time, lease time.Duration) time.Duration {
+	switch {
+	case e.RetryAfter > 0:
+		return e.RetryAfter
+	case e.LeaseExpiresAt != nil:
+		return min(max(e.LeaseExpiresAt.Sub(now), time.Second), max(lease, time.Second))
+	}
+	return time.Second
 }
 
 // Complete stores the response (POST /keys/{key}/complete).
@@ -65,8 +83,11 @@ func (s *KeyStore) Release(ctx context.Context, key, token, reason string, _ tim
 }
 
 // MaxResponseBytes is the largest response the hosted keys store
-// (idempotency.MaxHostedResponseBytes); the library holds a key whose response is
-// larger rather than release it.
+// (idempotency.MaxHostedResponseBytes). The library does not release a key
+// whose response is larger (idempotency.ErrResponseTooLarge), but the hosted
+// keys have no way to hold a key past its lease (KeyStore is not an
+// idempotency.Holder): the key stays in progress only until its lease ends,
+// and then the next claim is granted and runs the function again.
 func (s *KeyStore) MaxResponseBytes() int { return idempotency.MaxHostedResponseBytes }
 
 // rejection adds the domain's refusal to a holder's refused call.

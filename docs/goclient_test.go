@@ -109,3 +109,22 @@ func goFiles(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestGoClientPageSaysWhenDoRunsFnAgain: the page's Do section names both
+// ways fn can run twice under a key, each after its lease ends: fn outlives
+// the lease, or fn's result cannot be stored (not JSON, or over
+// idempotency.MaxHostedResponseBytes), which the hosted keys hold only until
+// the lease ends (they have no hold).
+func TestGoClientPageSaysWhenDoRunsFnAgain(t *testing.T) {
+	page := readFile(t, "docs/go-client.md")
+	_, do, ok := strings.Cut(page, "## Do:")
+	if !ok {
+		t.Fatal("docs/go-client.md: no section \"## Do:\"")
+	}
+	do, _, _ = strings.Cut(do, "\n## ")
+	for _, want := range []string{"MaxHostedResponseBytes", "ErrResponseNotStored", "ErrLeaseLost", "lease ends"} {
+		if !strings.Contains(do, want) {
+			t.Errorf("docs/go-client.md, section Do: does not say %q (when fn can run again under its key)", want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,5 +152,38 @@ func TestKeyStoreRefusalsAreOneLine(t *testing.T) {
 			t.Errorf("%s: the error text has a line break: %q", tc.name, err.Error())
 		}
 		t.Logf("%s: %v", tc.name, err)
+	}
+}
+
+// TestDoKeepsKeyHeldWhenResultCannotBeEncoded: fn ran (its effect
+// happened) but its result is not JSON (NaN): Do reports
+// ErrResponseNotStored and the key stays held, so a second Do under the key
+// while the lease runs waits instead of running fn again.
+func TestDoKeepsKeyHeldWhenResultCannotBeEncoded(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	c := client.New(env.URL)
+	ctx := context.Background()
+	var effects atomic.Int32
+	fn := func(context.Context) (any, error) {
+		effects.Add(1) // e.g. the card is charged
+		return map[string]float64{"amount": math.NaN()}, nil
+	}
+	_, err := c.Do(ctx, "do-nan", "fp", time.Minute, fn)
+	if !errors.Is(err, idempotency.ErrResponseNotStored) {
+		t.Errorf("first Do: %v, want ErrResponseNotStored", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	_, err2 := c.Do(wctx, "do-nan", "fp", time.Minute, fn)
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("fn ran %d times under one key, want 1 (second Do: %v)", n, err2)
+	}
+	if !errors.Is(err2, context.DeadlineExceeded) {
+		t.Errorf("second Do while the key is held: %v, want to wait until its context ends", err2)
+	}
+	k, err := c.GetKey(ctx, "do-nan")
+	if err != nil || k.State != "in_progress" || k.Failures != 0 {
+		t.Fatalf("the key after fn ran: %+v %v, want in_progress, never released", k, err)
 	}
 }

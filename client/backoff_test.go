@@ -1,0 +1,60 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestBackoffStaysUnderMaxDelay: the wait before an attempt is at most
+// MaxDelay and never negative, whatever the base delay and the attempt:
+// BaseDelay·2^attempt past int64 nanoseconds (20 s at the 30th attempt)
+// must not overflow into a negative ceiling (crypto/rand panics on it).
+func TestBackoffStaysUnderMaxDelay(t *testing.T) {
+	for _, tc := range []Retry{
+		{BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second},
+		{BaseDelay: 20 * time.Second, MaxDelay: time.Millisecond},
+		{BaseDelay: 20 * time.Second, MaxDelay: time.Hour},
+		{BaseDelay: time.Hour, MaxDelay: 24 * time.Hour},
+		{BaseDelay: math.MaxInt64 / 2, MaxDelay: math.MaxInt64 - 1},
+		{BaseDelay: math.MaxInt64, MaxDelay: math.MaxInt64},
+		{BaseDelay: time.Nanosecond, MaxDelay: math.MaxInt64},
+	} {
+		c := &Client{retry: tc}
+		for _, attempt := range []int{1, 2, 3, 10, 29, 30, 31, 32, 33, 62, 63, 64, 65, 100, 1000, math.MaxInt} {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%+v, attempt %d: panic: %v", tc, attempt, r)
+					}
+				}()
+				if d := c.backoff(attempt, nil); d < 0 || d > tc.MaxDelay {
+					t.Errorf("%+v, attempt %d: wait %v, want within [0, %v]", tc, attempt, d, tc.MaxDelay)
+				}
+			}()
+		}
+	}
+}
+
+// TestManyRetriesWithLongBaseDelay: a call retried 31 times under a 20 s
+// base delay (capped at 1 ms here to run fast) waits its attempts out and
+// returns the last answer's error instead of panicking at the 30th.
+func TestManyRetriesWithLongBaseDelay(t *testing.T) {
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		attempts.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c := New(srv.URL, WithRetry(Retry{MaxAttempts: 31, BaseDelay: 20 * time.Second, MaxDelay: time.Millisecond}))
+	_, err := c.GetAction(context.Background(), "a")
+	var e *Error
+	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || attempts.Load() != 31 {
+		t.Fatalf("%d attempts, %v; want 31 attempts and the 503", attempts.Load(), err)
+	}
+}
