@@ -96,9 +96,11 @@ func (t *Table) claimable(c idempotency.Claim) expression.ConditionBuilder {
 	return cond
 }
 
-// held: the token is the current holder's and nothing finished the key.
-func held(tok string) expression.ConditionBuilder {
-	return attr.token.Equal(expression.Value(tok)).And(expression.AttributeNotExists(attr.doneAt))
+// held: the token is the current holder's, nothing finished the key, and
+// its retention has not ended (an item TTL has yet to delete is gone).
+func held(tok string, now time.Time) expression.ConditionBuilder {
+	return attr.token.Equal(expression.Value(tok)).And(expression.AttributeNotExists(attr.doneAt),
+		attr.ttl.GreaterThan(expression.Value(now.Unix())))
 }
 
 // API is the part of the DynamoDB client the table uses; *dynamodb.Client has it.
@@ -223,9 +225,9 @@ func (t *Table) Complete(ctx context.Context, name, token string, response []byt
 	u := expression.Set(attr.doneAt, expression.Value(FormatTime(now))).
 		Set(attr.response, expression.Value(string(response))).
 		Set(attr.ttl, expression.Value(epochCeil(now.Add(t.retention()))))
-	k, err := t.transition(ctx, name, token, u)
+	k, err := t.transition(ctx, name, token, u, now)
 	if err != nil {
-		return nil, t.classify(err, "complete", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
+		return nil, t.classify(err, "complete", now, func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }
@@ -247,9 +249,9 @@ func (t *Table) Release(ctx context.Context, name, token, errText string, now ti
 	} else {
 		u = u.Remove(attr.lastError)
 	}
-	k, err := t.transition(ctx, name, token, u.Remove(attr.token))
+	k, err := t.transition(ctx, name, token, u.Remove(attr.token), now)
 	if err != nil {
-		return nil, t.classify(err, "release", func(old *idempotency.Record) error { return idempotency.ClassifyRelease(old, token) })
+		return nil, t.classify(err, "release", now, func(old *idempotency.Record) error { return idempotency.ClassifyRelease(old, token) })
 	}
 	return k, nil
 }
@@ -266,9 +268,9 @@ func (t *Table) Hold(ctx context.Context, name, token, errText string, now time.
 	u := expression.Set(attr.lease, expression.Value(until.UnixMilli())).
 		Set(attr.ttl, expression.Value(epochCeil(until))).
 		Set(attr.lastError, expression.Value(errText))
-	k, err := t.transition(ctx, name, token, u)
+	k, err := t.transition(ctx, name, token, u, now)
 	if err != nil {
-		return nil, t.classify(err, "hold", func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
+		return nil, t.classify(err, "hold", now, func(old *idempotency.Record) error { return idempotency.ClassifyComplete(old, token) })
 	}
 	return k, nil
 }
@@ -302,9 +304,9 @@ type refused struct {
 
 func (refused) Error() string { return "dynamostore: refused" }
 
-// transition runs a holder's write (condition: still held by tok).
-func (t *Table) transition(ctx context.Context, name, tok string, u expression.UpdateBuilder) (*idempotency.Record, error) {
-	written, old, failed, err := t.write(ctx, name, u, held(tok))
+// transition runs a holder's write (condition: still held by tok at now).
+func (t *Table) transition(ctx context.Context, name, tok string, u expression.UpdateBuilder, now time.Time) (*idempotency.Record, error) {
+	written, old, failed, err := t.write(ctx, name, u, held(tok, now))
 	switch {
 	case err != nil:
 		return nil, err
@@ -314,9 +316,9 @@ func (t *Table) transition(ctx context.Context, name, tok string, u expression.U
 	return t.decode(written)
 }
 
-// classify turns a refused holder's write into the domain's answer and
-// wraps a dependency error.
-func (t *Table) classify(err error, op string, explain func(*idempotency.Record) error) error {
+// classify turns a refused holder's write into the domain's answer (a key
+// past its retention at now is no key) and wraps a dependency error.
+func (t *Table) classify(err error, op string, now time.Time, explain func(*idempotency.Record) error) error {
 	var r refused
 	if !errors.As(err, &r) {
 		return fmt.Errorf("dynamostore: %s: %w", op, err)
@@ -325,6 +327,9 @@ func (t *Table) classify(err error, op string, explain func(*idempotency.Record)
 	if r.old != nil {
 		if old, err = t.decode(r.old); err != nil {
 			return err
+		}
+		if old.Gone(now) {
+			old = nil
 		}
 	}
 	return explain(old)
