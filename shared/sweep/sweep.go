@@ -11,7 +11,8 @@
 // consume racing it wins or loses cleanly. Then it raises the watermarks,
 // which never go down, so overlapping sweeps only find each other's work
 // done. The watermark stays Settle behind the sweep's clock: an index entry
-// that shows up late (the index is eventually consistent) is still found.
+// that shows up late (a create's write landing late, the index eventually
+// consistent) is still found.
 package sweep
 
 import (
@@ -31,11 +32,13 @@ const (
 	DefaultWorkers = 32
 	// DefaultBudget applies without a context deadline.
 	DefaultBudget = 50 * time.Second
-	// DefaultSettle is how far the watermark stays behind a sweep's clock.
-	// Entries due within it are read again by the next sweep (with a sweep
-	// a minute, 1 in 12 is read twice); an entry that reaches the index
-	// later than this after its create may be left to TTL.
-	DefaultSettle = 5 * time.Second
+	// DefaultSettle is how far the watermark stays behind a sweep's clock:
+	// a create's write lands within its API function's life (10 s), from an
+	// instance whose clock may be store.MaxClockSkew off, and the index shows
+	// it a moment later, so an entry due before the watermark can still
+	// appear for that long. Entries due within it are read again by the next
+	// sweep (with a sweep a minute, 1 in 4 is read twice).
+	DefaultSettle = 15 * time.Second
 	// deadlineMargin is left before a context deadline (a Lambda's timeout)
 	// so the sweep returns its result instead of being killed.
 	deadlineMargin = 10 * time.Second

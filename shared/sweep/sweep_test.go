@@ -129,6 +129,32 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestCreateThatLandsLateIsSwept: a create's write may land up to an API
+// function's life (10 s) after its request, from an instance whose clock
+// is up to store.MaxClockSkew off, and its index entry then shows up behind
+// a watermark a sweep raised meanwhile. It is still found: here an action
+// due at T whose create lands 10 s after T, past one sweep at T+10 s.
+// (With the watermark 5 s behind the sweep's clock it was never swept:
+// neither marked expired nor its action.expired published until TTL.)
+func TestCreateThatLandsLateIsSwept(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t, func(o *server.Options) { o.ExpiryShards = 1 })
+	T := action.Millis(time.Now().Add(time.Hour))
+	create(t, env, "on-time", T.Add(-time.Second)) // due before it: the sweep raises the watermark
+	if r := sweepAt(t, env, T.Add(10*time.Second)); r.Expired != 1 {
+		t.Fatalf("first sweep: %+v, want on-time expired", r)
+	}
+	env.Shift(time.Until(T.Add(-time.Millisecond))) // the late create, as its instance's clock saw it
+	create(t, env, "late", T)
+	env.Shift(0)
+	if r := sweepAt(t, env, T.Add(11*time.Second)); r.Expired != 1 {
+		t.Fatalf("the sweep after the late create: %+v, want it expired", r)
+	}
+	if g := testkit.Do(t, nil, "GET", env.URL+"/actions/late", ""); g.Str("expiredAt") != store.FormatTime(T.Add(11*time.Second)) {
+		t.Fatalf("late: %s", g.Raw)
+	}
+}
+
 // TestConsumeRacesSweep: 200 actions, each consumed by a client whose clock
 // says just before expiresAt while three overlapping sweeps whose clock says
 // just after try to expire them. Each action ends consumed or expired, never
