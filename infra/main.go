@@ -63,12 +63,12 @@ func main() {
 	if props.Tracing {
 		buildDir, tags = filepath.Join(root, "dist", "lambda-xray"), []string{"xray"}
 	}
-	if err := exactonce.BuildFunctions(root, buildDir, tags...); err != nil {
+	props.Code = exactonce.AssetCode(buildDir)
+	if err := props.Validate(); err != nil { // before the build: a wrong option fails at once
 		fmt.Fprintln(os.Stderr, "infra:", err)
 		os.Exit(1)
 	}
-	props.Code = exactonce.AssetCode(buildDir)
-	if err := props.Validate(); err != nil {
+	if err := exactonce.BuildFunctions(root, buildDir, tags...); err != nil {
 		fmt.Fprintln(os.Stderr, "infra:", err)
 		os.Exit(1)
 	}
@@ -122,15 +122,23 @@ func NewStacks(scope constructs.Construct, name, account string, props *awscdk.S
 // propsFrom reads the construct's props from CDK context (all but Code).
 func propsFrom(app awscdk.App) (exactonce.Props, error) {
 	p := exactonce.Props{
-		Throwaway:               contextString(app, "exactonce:throwaway", "false") == "true",
 		Auth:                    exactonce.Auth(contextString(app, "exactonce:auth", "iam")),
 		JwtIssuer:               contextString(app, "exactonce:jwtIssuer", ""),
 		AlarmEmail:              contextString(app, "exactonce:alarmEmail", ""),
 		EventSource:             contextString(app, "exactonce:eventSource", "exactonce"),
-		ExampleSubscriber:       contextString(app, "exactonce:exampleSubscriber", "false") == "true",
-		Tracing:                 contextString(app, "exactonce:tracing", "false") == "true",
 		TenantClaim:             contextString(app, "exactonce:tenantClaim", ""),
 		ExampleSubscriberTenant: contextString(app, "exactonce:exampleSubscriberTenant", ""),
+	}
+	for _, b := range []struct {
+		key string
+		to  *bool
+	}{{"exactonce:throwaway", &p.Throwaway}, {"exactonce:exampleSubscriber", &p.ExampleSubscriber}, {"exactonce:tracing", &p.Tracing}} {
+		switch v := contextString(app, b.key, "false"); v {
+		case "true", "false":
+			*b.to = v == "true"
+		default:
+			return p, fmt.Errorf("%s must be true or false, not %q", b.key, v)
+		}
 	}
 	if v := app.Node().TryGetContext(jsii.String("exactonce:tenants")); v != nil {
 		text, ok := v.(string) // -c exactonce:tenants='{"a":["..."]}'
@@ -179,7 +187,9 @@ func propsFrom(app awscdk.App) (exactonce.Props, error) {
 		return p, fmt.Errorf("exactonce:witnessRegion needs exactonce:regions")
 	}
 	if aud := contextString(app, "exactonce:jwtAudience", ""); aud != "" {
-		p.JwtAudience = strings.Split(aud, ",")
+		for _, a := range strings.Split(aud, ",") {
+			p.JwtAudience = append(p.JwtAudience, strings.TrimSpace(a))
+		}
 	}
 	switch p.Auth {
 	case exactonce.AuthIAM:

@@ -24,13 +24,15 @@ func TestMain(m *testing.M) {
 }
 
 // TestPropsFrom: the context options become the construct's typed props
-// (the construct's own tests cover what each prop deploys).
+// (the construct's own tests cover what each prop deploys): audiences are
+// comma-separated, spaces around them dropped; a flag is true or false,
+// anything else refused (True was read as false).
 func TestPropsFrom(t *testing.T) {
 	app := func(ctx map[string]any) awscdk.App {
 		return awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 	}
 	p, err := propsFrom(app(map[string]any{
-		"exactonce:throwaway": "true", "exactonce:auth": "jwt", "exactonce:jwtIssuer": "https://i.example", "exactonce:jwtAudience": "a,b",
+		"exactonce:throwaway": "true", "exactonce:auth": "jwt", "exactonce:jwtIssuer": "https://i.example", "exactonce:jwtAudience": "a, b",
 		"exactonce:alarmEmail": "ops@example.com", "exactonce:eventSource": "shop", "exactonce:exampleSubscriber": true,
 		"exactonce:expiryShards": "32", "exactonce:tracing": "true", "exactonce:tenantClaim": "client_id",
 		"exactonce:exampleSubscriberTenant": "coupons", "exactonce:tenants": map[string]any{"coupons": []any{"arn:aws:iam::1:role/c-*"}},
@@ -56,6 +58,8 @@ func TestPropsFrom(t *testing.T) {
 		"exactonce:witnessRegion=us-west-2":               "needs exactonce:regions",
 		"exactonce:regions=us-east-1,us-east-2":           "needs 3 Regions, or 2 and a WitnessRegion",
 		"exactonce:regions=us-east-1,eu-west-1,us-west-2": "not in one MRSC Region set",
+		"exactonce:throwaway=True":                        "exactonce:throwaway must be true or false",
+		"exactonce:exampleSubscriber=yes":                 "exactonce:exampleSubscriber must be true or false",
 	} {
 		k, v, _ := strings.Cut(ctx, "=")
 		if _, err := propsFrom(app(map[string]any{k: v})); err == nil || !strings.Contains(err.Error(), wantErr) {

@@ -20,6 +20,8 @@ package exactonce
 import (
 	"encoding/json"
 	"fmt"
+	"net/mail"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -133,8 +135,39 @@ func (p *Props) Validate() error {
 		if p.JwtIssuer == "" || len(p.JwtAudience) == 0 {
 			return fmt.Errorf("exactonce: AuthJWT needs JwtIssuer and JwtAudience")
 		}
+		// API Gateway reads the issuer's keys by OpenID Connect discovery,
+		// whose issuer is an https URL without query or fragment.
+		if u, err := url.Parse(p.JwtIssuer); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("exactonce: JwtIssuer must be the issuer's https URL, as its tokens' iss says it, not %q", p.JwtIssuer)
+		}
+		for i, a := range p.JwtAudience {
+			if a == "" || strings.TrimSpace(a) != a {
+				return fmt.Errorf("exactonce: JwtAudience[%d] is %q: an audience is a token's aud (or client_id) as it is, not empty and without spaces around it", i, a)
+			}
+		}
 	default:
 		return fmt.Errorf("exactonce: Auth must be %q or %q, not %q", AuthIAM, AuthJWT, p.Auth)
+	}
+	// EventBridge's PutEvents takes a source of 1 to 256 characters, and
+	// "aws." names AWS services: every event would be refused.
+	if len(p.EventSource) > 256 || strings.HasPrefix(p.EventSource, "aws.") {
+		return fmt.Errorf("exactonce: EventSource must be at most 256 characters and not start with \"aws.\" (EventBridge keeps those for AWS services), not %q", p.EventSource)
+	}
+	if p.AlarmEmail != "" {
+		if a, err := mail.ParseAddress(p.AlarmEmail); err != nil || a.Address != p.AlarmEmail {
+			return fmt.Errorf("exactonce: AlarmEmail must be one email address (name@example.com), not %q", p.AlarmEmail)
+		}
+	}
+	if p.Tenants != nil && len(p.Tenants) == 0 {
+		return fmt.Errorf("exactonce: Tenants is empty, which places no caller (every call would be 403): leave it out for one default tenant")
+	}
+	if t := p.ExampleSubscriberTenant; t != "" {
+		if !p.ExampleSubscriber {
+			return fmt.Errorf("exactonce: ExampleSubscriberTenant %q needs ExampleSubscriber", t)
+		}
+		if _, ok := p.Tenants[t]; !ok {
+			return fmt.Errorf("exactonce: ExampleSubscriberTenant %q is not a tenant of Tenants: the subscriber's rule would match no event", t)
+		}
 	}
 	if p.ExpiryShards < 0 || p.ExpiryShards > 1000 {
 		return fmt.Errorf("exactonce: ExpiryShards must be from 1 to 1000 (0: the default), not %d", p.ExpiryShards)

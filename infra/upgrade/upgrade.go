@@ -2,9 +2,12 @@
 // updated to another by CloudFormation without what it would refuse or do
 // silently: more than one global secondary index created or deleted per
 // table in one update (DynamoDB takes one at a time, so the update fails and
-// rolls back), a table replaced (a new, empty table) and a stream's event
+// rolls back), a table replaced (a new, empty table), a stream's event
 // source mapping replaced (a new mapping starts over at its starting
-// position). Each problem says the migration to do instead.
+// position), the server secret, the event bus or a queue replaced (a new
+// secret value, a bus without the subscribers' rules, an empty queue), and
+// fewer expiry shards (the sweeper would skip the others). Each problem says
+// the migration to do instead.
 package upgrade
 
 import (
@@ -13,6 +16,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -54,10 +58,27 @@ var tableTypes = map[string]bool{"AWS::DynamoDB::Table": true, "AWS::DynamoDB::G
 var tableReplacing = []string{"TableName", "KeySchema", "LocalSecondaryIndexes"}
 var mappingReplacing = []string{"EventSourceArn", "StartingPosition", "StartingPositionTimestamp"}
 
+// kept are the other resources whose replacement loses what they hold:
+// what each is, what a replacement does, and the properties whose change
+// replaces it (the secret's GenerateSecretString: generates a new value).
+var kept = map[string]struct {
+	what, loss string
+	replacing  []string
+}{
+	"AWS::SecretsManager::Secret": {"the server secret", "a new secret value: no PIN hash or sealed payload made with the old one can be checked or opened again",
+		[]string{"Name", "GenerateSecretString"}},
+	"AWS::Events::EventBus": {"the event bus", "a new bus: subscribers' rules stay on the old one and get no more events", []string{"Name"}},
+	"AWS::SQS::Queue":       {"the queue", "a new, empty queue: the records set aside on the old one are deleted with it", []string{"QueueName", "FifoQueue"}},
+}
+
 // Check lists what updating a stack from template from to template to would
 // fail on or replace.
 func Check(from, to *Template) []Problem {
 	var out []Problem
+	if o, n := expiryShards(from), expiryShards(to); n < o {
+		out = append(out, Problem{"EXACTONCE_EXPIRY_SHARDS", fmt.Sprintf("the functions' expiry shards go from %d to %d: the sweeper then reads shards 0-%d only, so an open action in another is never marked expired (its action.expired waits for TTL)", o, n, n-1),
+			fmt.Sprintf("keep exactonce:expiryShards (Props.ExpiryShards) at %d or more: on a live table the count is only ever raised", o)})
+	}
 	ids := make([]string, 0, len(from.Resources))
 	for id := range from.Resources {
 		ids = append(ids, id)
@@ -99,6 +120,18 @@ func Check(from, to *Template) []Problem {
 					n, strings.Join(steps, ", ")),
 					fmt.Sprintf("deploy them as %d releases, one index change each, each deployed (the index ACTIVE) before the next: %s", n, strings.Join(steps, "; then "))})
 			}
+		case kept[old.Type].what != "":
+			k := kept[old.Type]
+			if !ok || cur.Type != old.Type {
+				out = append(out, Problem{id, k.what + " is gone from the new template (its logical id or type changed): CloudFormation deletes it and creates " + k.loss,
+					"keep its logical id (the construct's StackLogicalIds for a stack deployed by infra/)"})
+				continue
+			}
+			for _, p := range k.replacing {
+				if !reflect.DeepEqual(old.Properties[p], cur.Properties[p]) {
+					out = append(out, Problem{id, fmt.Sprintf("%s of %s changes, which gives %s", p, k.what, k.loss), "leave " + p + " as it is"})
+				}
+			}
 		case old.Type == "AWS::Lambda::EventSourceMapping":
 			if !ok || cur.Type != old.Type {
 				out = append(out, Problem{id, "the event source mapping is gone from the new template (its logical id changed): a new mapping reads the stream from its StartingPosition",
@@ -114,6 +147,22 @@ func Check(from, to *Template) []Problem {
 		}
 	}
 	return out
+}
+
+// expiryShards is the largest EXACTONCE_EXPIRY_SHARDS a function of t
+// has (0 with none).
+func expiryShards(t *Template) int {
+	n := 0
+	for _, r := range t.Resources {
+		env, _ := r.Properties["Environment"].(map[string]any)
+		vars, _ := env["Variables"].(map[string]any)
+		if v, ok := vars["EXACTONCE_EXPIRY_SHARDS"].(string); ok {
+			if k, err := strconv.Atoi(v); err == nil {
+				n = max(n, k)
+			}
+		}
+	}
+	return n
 }
 
 func streamView(p map[string]any) any {

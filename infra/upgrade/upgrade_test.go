@@ -59,13 +59,36 @@ func props(res map[string]any, typ string) map[string]any {
 	return nil
 }
 
+// rename gives the resource of type typ another logical id.
+func rename(res map[string]any, typ string) {
+	for id, r := range res {
+		if r.(map[string]any)["Type"] == typ {
+			res[id+"V2"] = r
+			delete(res, id)
+			return
+		}
+	}
+}
+
+// setShards sets every function's EXACTONCE_EXPIRY_SHARDS.
+func setShards(res map[string]any, n string) {
+	for _, r := range res {
+		p, _ := r.(map[string]any)["Properties"].(map[string]any)
+		env, _ := p["Environment"].(map[string]any)
+		if vars, ok := env["Variables"].(map[string]any); ok && vars["EXACTONCE_EXPIRY_SHARDS"] != nil {
+			vars["EXACTONCE_EXPIRY_SHARDS"] = n
+		}
+	}
+}
+
 func index(name, key string) map[string]any {
 	return map[string]any{"IndexName": name, "KeySchema": []any{map[string]any{"AttributeName": key, "KeyType": "HASH"}},
 		"Projection": map[string]any{"ProjectionType": "KEYS_ONLY"}}
 }
 
 // TestCheck: each change the check must catch, with the migration it
-// says, and the changes it must let through.
+// says, and the changes it must let through. (Fewer expiry shards, and the
+// secret, the bus or the queue replaced, passed unseen before.)
 func TestCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -92,21 +115,21 @@ func TestCheck(t *testing.T) {
 		{"the table's key changed", func(res map[string]any) {
 			props(res, "AWS::DynamoDB::Table")["KeySchema"] = []any{map[string]any{"AttributeName": "pk", "KeyType": "HASH"}}
 		}, "KeySchema changes, which replaces the table"},
-		{"the table's logical id changed", func(res map[string]any) {
-			for id, r := range res {
-				if r.(map[string]any)["Type"] == "AWS::DynamoDB::Table" {
-					res[id+"V2"] = r
-					delete(res, id)
-					return
-				}
-			}
-		}, "the table is gone from the new template"},
+		{"the table's logical id changed", func(res map[string]any) { rename(res, "AWS::DynamoDB::Table") }, "the table is gone from the new template"},
 		{"the mapping's starting position changed", func(res map[string]any) {
 			props(res, "AWS::Lambda::EventSourceMapping")["StartingPosition"] = "LATEST"
 		}, "StartingPosition changes, which replaces the mapping"},
 		{"the stream's view changed", func(res map[string]any) {
 			props(res, "AWS::DynamoDB::Table")["StreamSpecification"] = map[string]any{"StreamViewType": "NEW_IMAGE"}
 		}, "its stream changes"},
+		{"fewer expiry shards", func(res map[string]any) { setShards(res, "4") }, "expiry shards go from 16 to 4"},
+		{"more expiry shards", func(res map[string]any) { setShards(res, "32") }, ""},
+		{"the secret's logical id changed", func(res map[string]any) { rename(res, "AWS::SecretsManager::Secret") }, "the server secret is gone"},
+		{"the secret's generation changed", func(res map[string]any) {
+			props(res, "AWS::SecretsManager::Secret")["GenerateSecretString"] = map[string]any{"ExcludePunctuation": true, "PasswordLength": 65}
+		}, "GenerateSecretString of the server secret changes"},
+		{"the bus's name changed", func(res map[string]any) { props(res, "AWS::Events::EventBus")["Name"] = "other" }, "Name of the event bus changes"},
+		{"the on-failure queue's logical id changed", func(res map[string]any) { rename(res, "AWS::SQS::Queue") }, "the queue is gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			from, to := mutate(t, tc.change)
