@@ -86,7 +86,10 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL.Path, r2.URL.RawPath = p, ""
 		r = r2
 	}
-	if _, pattern := m.mux.Handler(r); pattern == "" {
+	// A route is a method and a path: net/http lets "GET /path" serve HEAD
+	// too, an HTTP API does not.
+	_, pattern := m.mux.Handler(r)
+	if method, _, hasMethod := strings.Cut(pattern, " "); pattern == "" || hasMethod && method != r.Method {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
 		return
 	}

@@ -46,6 +46,29 @@ func TestRoutesOnTheDecodedPath(t *testing.T) {
 	}
 }
 
+// TestRouteMatchesItsMethodOnly: an HTTP API route is a method and a path
+// (there is no ANY route here), so HEAD /actions/x matches no route, 404
+// {"message":"Not Found"}, and never runs the GET function (net/http's
+// pattern "GET /path" also matches HEAD: locally a HEAD ran the handler).
+func TestRouteMatchesItsMethodOnly(t *testing.T) {
+	m := New()
+	ran := 0
+	m.Route("GET /actions/{actionId}", func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		ran++
+		return events.APIGatewayV2HTTPResponse{StatusCode: 200}, nil
+	})
+	for method, want := range map[string]int{"GET": 200, "HEAD": 404, "POST": 404} {
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, httptest.NewRequest(method, "/actions/x", nil))
+		if w.Code != want {
+			t.Errorf("%s: %d, want %d", method, w.Code, want)
+		}
+	}
+	if ran != 1 {
+		t.Errorf("the GET function ran %d times, want once (for GET)", ran)
+	}
+}
+
 // TestBodyBase64ByContentType: an HTTP API passes JSON and text bodies as
 // they are and base64-encodes every other one (form data such as curl -d
 // sends, binary, a body without Content-Type), UTF-8 or not.
