@@ -77,8 +77,10 @@ func (k *Key) setReplayed(r bool) { k.Replayed = r }
 // (KeyStore). Claim the key; if it is completed, return the stored
 // response; if another caller holds it, wait (Retry-After) and claim again;
 // once granted, run fn, then complete the key with fn's result, or release
-// it with fn's error (its text is stored as the key's lastError, and the
-// error returned) so a later call may try again. The result is fn's value
+// it after fn's error (the error is returned; the key's lastError is the
+// library's fixed text, as with Wrap: an error's text may carry what fn
+// worked on, and the key is readable by GET /keys for its retention) so a
+// later call may try again. The result is fn's value
 // as JSON. A key reused with another fingerprint is
 // idempotency.ErrPayloadMismatch (and ErrFingerprintMismatch).
 //
@@ -100,7 +102,7 @@ func (k *Key) setReplayed(r bool) { k.Replayed = r }
 // For typed inputs and outputs, hooks and a cache, use idempotency.Wrap with
 // Store: c.KeyStore().
 func (c *Client) Do(ctx context.Context, key, fingerprint string, lease time.Duration, fn func(context.Context) (any, error)) (json.RawMessage, error) {
-	call := idempotency.Call{Key: key, Fingerprint: fingerprint, Lease: lease, Reason: func(err error) string { return err.Error() }}
+	call := idempotency.Call{Key: key, Fingerprint: fingerprint, Lease: lease}
 	for {
 		res, err := idempotency.Run(ctx, c.KeyStore(), call, func(ctx context.Context) ([]byte, error) {
 			v, err := fn(ctx)

@@ -144,7 +144,7 @@ func TestCreateThatLandsLateIsSwept(t *testing.T) {
 	if r := sweepAt(t, env, T.Add(10*time.Second)); r.Expired != 1 {
 		t.Fatalf("first sweep: %+v, want on-time expired", r)
 	}
-	env.Shift(time.Until(T.Add(-time.Millisecond))) // the late create, as its instance's clock saw it
+	env.Shift(time.Until(T.Add(-time.Minute))) // the late create, sent before T by its instance's clock
 	create(t, env, "late", T)
 	env.Shift(0)
 	if r := sweepAt(t, env, T.Add(11*time.Second)); r.Expired != 1 {
