@@ -20,14 +20,18 @@ import (
 // time), so a claim is answered 409 in_progress with Retry-After (whole
 // seconds, at least 1, as the service does; none if retryAfter is false)
 // and leaseExpiresAt in the server's clock; after the lease, the key is
-// completed.
+// completed. The lease starts at the first claim, however late a loaded
+// machine sends it.
 func heldKeyServer(t *testing.T, skew time.Duration, retryAfter bool, claims *atomic.Int32) *httptest.Server {
-	leaseEnd := time.Now().Add(time.Second)
+	var end atomic.Int64 // unix ns
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		claims.Add(1)
-		w.Header().Set("Content-Type", "application/json")
 		now := time.Now()
+		if claims.Add(1) == 1 {
+			end.Store(now.Add(time.Second).UnixNano())
+		}
+		leaseEnd := time.Unix(0, end.Load())
+		w.Header().Set("Content-Type", "application/json")
 		if now.Before(leaseEnd) {
 			if retryAfter {
 				w.Header().Set("Retry-After", fmt.Sprint(max(int(leaseEnd.Sub(now).Seconds()+0.999), 1)))

@@ -137,11 +137,11 @@ func (p *Props) Validate() error {
 		}
 		// API Gateway reads the issuer's keys by OpenID Connect discovery,
 		// whose issuer is an https URL without query or fragment.
-		if u, err := url.Parse(p.JwtIssuer); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		if u, err := url.Parse(p.JwtIssuer); !unresolved(p.JwtIssuer) && (err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "") {
 			return fmt.Errorf("exactonce: JwtIssuer must be the issuer's https URL, as its tokens' iss says it, not %q", p.JwtIssuer)
 		}
 		for i, a := range p.JwtAudience {
-			if a == "" || strings.TrimSpace(a) != a {
+			if !unresolved(a) && (a == "" || strings.TrimSpace(a) != a) {
 				return fmt.Errorf("exactonce: JwtAudience[%d] is %q: an audience is a token's aud (or client_id) as it is, not empty and without spaces around it", i, a)
 			}
 		}
@@ -150,10 +150,10 @@ func (p *Props) Validate() error {
 	}
 	// EventBridge's PutEvents takes a source of 1 to 256 characters, and
 	// "aws." names AWS services: every event would be refused.
-	if len(p.EventSource) > 256 || strings.HasPrefix(p.EventSource, "aws.") {
+	if !unresolved(p.EventSource) && (len(p.EventSource) > 256 || strings.HasPrefix(p.EventSource, "aws.")) {
 		return fmt.Errorf("exactonce: EventSource must be at most 256 characters and not start with \"aws.\" (EventBridge keeps those for AWS services), not %q", p.EventSource)
 	}
-	if p.AlarmEmail != "" {
+	if p.AlarmEmail != "" && !unresolved(p.AlarmEmail) {
 		if a, err := mail.ParseAddress(p.AlarmEmail); err != nil || a.Address != p.AlarmEmail {
 			return fmt.Errorf("exactonce: AlarmEmail must be one email address (name@example.com), not %q", p.AlarmEmail)
 		}
@@ -189,6 +189,11 @@ func (p *Props) Validate() error {
 	}
 	return nil
 }
+
+// unresolved reports whether s holds a CDK token (a parameter, another
+// resource's attribute): its value is known only at deploy time, so a
+// check of its text would refuse what may be right.
+func unresolved(s string) bool { return *awscdk.Token_IsUnresolved(s) }
 
 func (p *Props) tenantsJSON() string {
 	if p.Tenants == nil {

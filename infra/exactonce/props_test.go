@@ -3,6 +3,9 @@ package exactonce
 import (
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
 )
 
 // TestPropsValidate: a prop that would deploy something broken or useless
@@ -10,7 +13,8 @@ import (
 // Gateway cannot discover, an audience no token carries, an event source
 // EventBridge refuses, an alarm email SNS cannot subscribe, an empty tenant
 // map, a subscriber tenant no event names. (Each of these synthesized
-// before, and deployed.)
+// before, and deployed.) A CDK token's value is known only at deploy
+// time: it is not judged by its text.
 func TestPropsValidate(t *testing.T) {
 	jwt := func(issuer string, aud ...string) Props {
 		return Props{Code: AssetCode(placeholders), Auth: AuthJWT, JwtIssuer: issuer, JwtAudience: aud}
@@ -38,6 +42,10 @@ func TestPropsValidate(t *testing.T) {
 		{"subscriber tenant", Props{Code: AssetCode(placeholders), Tenants: tenants, ExampleSubscriber: true, ExampleSubscriberTenant: "coupons"}, ""},
 		{"subscriber tenant unknown", Props{Code: AssetCode(placeholders), Tenants: tenants, ExampleSubscriber: true, ExampleSubscriberTenant: "nosuch"}, "not a tenant of Tenants"},
 		{"subscriber tenant without a subscriber", Props{Code: AssetCode(placeholders), Tenants: tenants, ExampleSubscriberTenant: "coupons"}, "needs ExampleSubscriber"},
+		// A value known only at deploy time (a parameter, a user pool's URL) is not judged by its token's text.
+		{"jwt issuer from a token", jwt(*awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("https://cognito-idp."), awscdk.Aws_REGION(), jsii.String(".amazonaws.com/pool")}), "a"), ""},
+		{"jwt issuer and audience tokens", jwt(*awscdk.Token_AsString(awscdk.Fn_Ref(jsii.String("Issuer")), nil), *awscdk.Token_AsString(awscdk.Fn_Ref(jsii.String("Aud")), nil)), ""},
+		{"alarm email from a token", Props{Code: AssetCode(placeholders), AlarmEmail: *awscdk.Token_AsString(awscdk.Fn_Ref(jsii.String("Email")), nil)}, ""},
 	} {
 		err := c.p.Validate()
 		if (c.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.want) {

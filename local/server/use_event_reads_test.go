@@ -103,9 +103,10 @@ func busEvents(t *testing.T, env *testkit.Env) (seen []string, ids map[string][]
 // by hand so that it no longer decodes (userId a number, docs/events.md's
 // own example) holds back the event of its use alone: the batch's other
 // events are published, its gate's record is reported and then set aside,
-// and republish lists the item instead of failing. (Before, the decode
-// error of the read failed the whole batch as an EventBridge fault, every
-// time, with nothing published or set aside; and republish failed.)
+// and republish lists the item instead of failing, as it does a released
+// use's gate edited so. (Before, the decode error of the read failed the
+// whole batch as an EventBridge fault, every time, with nothing published
+// or set aside; and republish failed, on either.)
 func TestUnreadableUseActionHoldsBackOnlyItsRecord(t *testing.T) {
 	t.Parallel()
 	k := &kept{}
@@ -149,10 +150,28 @@ func TestUnreadableUseActionHoldsBackOnlyItsRecord(t *testing.T) {
 		t.Fatalf("set aside %+v, want the gate's record of m1", dead)
 	}
 
+	// A released use whose gate was edited so too: republish cannot tell
+	// whether it left its gate, lists the gate and goes on.
+	for _, c := range [][2]string{
+		{"/actions", `{"actionId":"r2","userId":"u","maxUses":2,"releasable":true}`},
+		{"/actions/r2/consume", `{"useId":"dev"}`},
+		{"/actions/r2/uses/dev/release", ``},
+	} {
+		if r := testkit.Do(t, nil, "POST", env.URL+c[0], c[1]); r.Status >= 300 {
+			t.Fatalf("%s: %s", c[0], r.Raw)
+		}
+	}
+	if _, err := env.DB.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(env.Table),
+		Key:                       map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: "ug#0#r2"}},
+		UpdateExpression:          aws.String("SET h = :s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+
 	r := testkit.Do(t, nil, "POST", env.URL+"/_local/republish", `{"from":"`+from.Format(time.RFC3339Nano)+`"}`)
 	var res struct{ Undecodable []string }
-	if r.Status != 200 || json.Unmarshal([]byte(r.Raw), &res) != nil || !slices.Contains(res.Undecodable, "m1") {
-		t.Fatalf("republish: %d %s, want 200 listing m1 as undecodable", r.Status, r.Raw)
+	if r.Status != 200 || json.Unmarshal([]byte(r.Raw), &res) != nil || !slices.Contains(res.Undecodable, "m1") || !slices.Contains(res.Undecodable, "ug#0#r2") {
+		t.Fatalf("republish: %d %s, want 200 listing m1 and ug#0#r2 as undecodable", r.Status, r.Raw)
 	}
 }
 

@@ -135,7 +135,7 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, 
 	if err != nil {
 		return nil, nil, err
 	}
-	released, err := st.Released(ctx, uc.Actions, w.Released, now)
+	released, badGates, err := st.Released(ctx, uc.Actions, w.Released, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,7 +167,7 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, 
 			}
 		}
 	}
-	return out, slices.Sorted(maps.Keys(uc.Unreadable)), nil
+	return out, append(slices.Sorted(maps.Keys(uc.Unreadable)), badGates...), nil
 }
 
 // Republisher reads one table and publishes through one publisher.

@@ -730,8 +730,10 @@ type RecordKey struct{ ItemKey, Ref string }
 // take's record before its gate write, so a stamped record whose entry is
 // still held is a release that has not freed it (yet, or ever: its write
 // failed). It reads each use's home gate and, where one forwards it, the
-// gate it names (BatchGetItems of 100).
-func (st *Store) Released(ctx context.Context, as map[string]*action.Action, recs []ReleasedRecord, now time.Time) ([]ReleasedRecord, error) {
+// gate it names (BatchGetItems of 100). A gate that does not decode (one
+// edited by hand) tells nothing: its records are left out, and its key
+// is in unreadable.
+func (st *Store) Released(ctx context.Context, as map[string]*action.Action, recs []ReleasedRecord, now time.Time) (_ []ReleasedRecord, unreadable []string, _ error) {
 	where := make([]string, len(recs)) // the gate to read for each record
 	for k, r := range recs {
 		if a := as[r.ItemKey]; a != nil && a.MultiUse() {
@@ -752,7 +754,7 @@ func (st *Store) Released(ctx context.Context, as map[string]*action.Action, rec
 		}
 		items, err := st.readItems(ctx, keys, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, it := range items {
 			k := of[i]
@@ -762,7 +764,8 @@ func (st *Store) Released(ctx context.Context, as map[string]*action.Action, rec
 			}
 			g, err := DecodeGate(it)
 			if err != nil {
-				return nil, err
+				held[k], unreadable = true, append(unreadable, keys[i])
+				continue
 			}
 			a, tok := as[recs[k].ItemKey], action.UseToken(recs[k].Record.UseID)
 			if !g.Live(a.CreatedAt, now) {
@@ -781,5 +784,5 @@ func (st *Store) Released(ctx context.Context, as map[string]*action.Action, rec
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out, slices.Compact(slices.Sorted(slices.Values(unreadable))), nil
 }

@@ -304,7 +304,7 @@ func TestTenThousandInOneMinute(t *testing.T) {
 		t.Fatalf("runs %+v expired %d with %d UpdateItem (%d of them the SDK's retries), want at most %d, one write each", runs, expired, ops["UpdateItem"], retried["UpdateItem"], written+len(runs))
 	}
 	// Only what fell due within the settle time of the first sweep's clock
-	// (5 s of the 60: ~833) is read again, and nothing is written for it.
+	// (15 s of the 60: ~2,500) is read again, and nothing is written for it.
 	again := sweepAt(t, env, minute.Add(2*time.Minute))
 	if again.Expired != 0 || again.Written != 0 || again.Due > n*int(sweep.DefaultSettle/time.Second)/60+1 {
 		t.Errorf("second sweep: %+v", again)
