@@ -153,8 +153,8 @@ func (r *Republisher) useEntries(ctx context.Context, w store.Window, from, to, 
 		out = append(out, es...)
 	}
 	for _, rr := range released {
-		a := uc.Actions[rr.ItemKey]
-		if a == nil || !a.CreatedAt.Equal(rr.Record.ActionCreatedAt) {
+		a := uc.Action(rr.ItemKey, rr.Record.ActionCreatedAt)
+		if a == nil {
 			continue // gone, another action's record, or in Unreadable
 		}
 		es, at, err := publish.RebuildUses(a, nil, []*action.UseRecord{rr.Record}, nil)
@@ -212,11 +212,9 @@ func (r *Republisher) Handle(ctx context.Context, req Request) (Result, error) {
 				if err != nil {
 					return err
 				}
-				mu.Lock()
-				res.Undecodable = append(res.Undecodable, unreadable...)
-				mu.Unlock()
 				n, err := r.Publisher.Publish(ctx, append(entries, uses...))
 				mu.Lock()
+				res.Undecodable = append(res.Undecodable, unreadable...)
 				res.Matched += len(entries) + len(uses)
 				res.Published += n
 				mu.Unlock()

@@ -715,11 +715,20 @@ func (c *UseContext) Use(k RecordKey, createdAt time.Time) (*action.Action, *act
 			return nil, nil, err
 		}
 	}
-	a, rec := c.Actions[k.ItemKey], c.Records[k]
-	if a == nil || rec == nil || !a.CreatedAt.Equal(createdAt) || !rec.ActionCreatedAt.Equal(createdAt) {
+	a, rec := c.Action(k.ItemKey, createdAt), c.Records[k]
+	if a == nil || rec == nil || !rec.ActionCreatedAt.Equal(createdAt) {
 		return nil, nil, ErrUseGone
 	}
 	return a, rec, nil
+}
+
+// Action is the action read under itemKey if it is the one created at
+// createdAt; nil when none was read, or the id's action now is another.
+func (c *UseContext) Action(itemKey string, createdAt time.Time) *action.Action {
+	if a := c.Actions[itemKey]; a != nil && a.CreatedAt.Equal(createdAt) {
+		return a
+	}
+	return nil
 }
 
 // RecordKey names a use record: its action's item key and its name.
