@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"math"
 	"net/http"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/shared/action"
+	"github.com/exactonce/exactonce/shared/secretkeys"
+	"github.com/exactonce/exactonce/shared/store"
 	"github.com/exactonce/exactonce/shared/tenant"
 )
 
@@ -83,28 +87,33 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return fail(err)
 		}
 		now := a.Now()
+		token, stored := c.keys.NewKeyToken(name)
 		k, err := a.store.ClaimKey(ctx, name, idempotency.Claim{
-			Fingerprint: req.Fingerprint, Lease: lease, Token: idempotency.NewToken(),
+			Fingerprint: req.Fingerprint, Lease: lease, Token: stored,
 			Request: idempotency.Request(r.write(c.requestID)), Fingerprints: r.fingerprints, Now: now,
 		})
 		var replay *idempotency.Replay
 		switch {
 		case errors.As(err, &replay) && !replay.Key.CompletedAt.IsZero():
+			resp, err := openKeyResponse(c.keys, name, replay.Key.Response)
+			if err != nil {
+				return fail(err)
+			}
 			c.outcome = "replayed"
 			v := keyView(replay.Key, now)
-			v.Response = replay.Key.Response
+			v.Response = resp
 			return respond(http.StatusOK, v, nil), nil
 		case errors.As(err, &replay): // this caller's own claim, retried
 			c.outcome = "claim_replayed"
 			v := keyView(replay.Key, now)
-			v.Token = replay.Key.Token
+			v.Token = c.keys.KeyToken(name, replay.Key.Token)
 			return respond(http.StatusCreated, v, map[string]string{HeaderReplayed: "true"}), nil
 		case err != nil:
 			return fail(err)
 		}
 		c.outcome = "claimed"
 		v := keyView(k, now)
-		v.Token = k.Token
+		v.Token = token
 		return respond(http.StatusCreated, v, nil), nil
 	})
 }
@@ -130,7 +139,8 @@ func (a *API) Complete(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err := resp.Compact(); err != nil {
 			return fail(&action.InvalidError{Field: "response", Message: "is not valid JSON"})
 		}
-		k, err := a.store.CompleteKey(ctx, name, req.Token, resp, a.Now())
+		sealed := sealKeyResponse(c.keys, name, resp)
+		k, err := a.store.CompleteKey(ctx, name, c.keys.StoredKeyToken(name, req.Token), sealed, a.Now())
 		return a.keyAnswer(err, k, c, "completed")
 	})
 }
@@ -150,10 +160,46 @@ func (a *API) Release(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		if err := validateKeyRelease(&req); err != nil {
 			return fail(err)
 		}
-		k, err := a.store.ReleaseKey(ctx, name, req.Token, req.Error, a.Now())
+		k, err := a.store.ReleaseKey(ctx, name, c.keys.StoredKeyToken(name, req.Token), req.Error, a.Now())
 		return a.keyAnswer(err, k, c, "released")
 	})
 }
+
+// A completed key's item keeps its response sealed (AES-256-GCM under the
+// payload key, bound to the item), as sealedResponsePrefix and base64: a
+// response carries what its effect returned (a charge id, a card's last
+// digits), so it is kept like a payload. A response without the prefix
+// was stored as sent, before responses were sealed: no JSON text starts
+// with '~'.
+const sealedResponsePrefix = "~"
+
+func sealKeyResponse(keys *secretkeys.Keys, name string, resp []byte) []byte {
+	sealed := keys.Seal(keyBinding(name), resp)
+	return base64.RawStdEncoding.AppendEncode([]byte(sealedResponsePrefix), sealed)
+}
+
+// openKeyResponse is the response a completed key replays; one sealed under a
+// key set these keys do not hold is an *action.UnknownKeyError (serve
+// learns it).
+func openKeyResponse(keys *secretkeys.Keys, name string, stored []byte) (jsontext.Value, error) {
+	rest, ok := bytes.CutPrefix(stored, []byte(sealedResponsePrefix))
+	if !ok {
+		return stored, nil
+	}
+	sealed, err := base64.RawStdEncoding.DecodeString(string(rest))
+	if err != nil {
+		return nil, secretkeys.ErrOpen
+	}
+	if id := secretkeys.SealedKeyID(sealed); !keys.Knows(id) {
+		return nil, &action.UnknownKeyError{KeyID: id}
+	}
+	return keys.Open(keyBinding(name), sealed)
+}
+
+// keyBinding is what a key's sealed response is bound to: its item, never
+// an action's (whose payloads are bound to the action's item key; '#' is
+// outside the action id alphabet).
+func keyBinding(name string) string { return store.KeyPrefix + name }
 
 // keyAnswer renders the 200 of a holder's complete or release, first time
 // or replayed.

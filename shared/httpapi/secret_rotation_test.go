@@ -173,3 +173,52 @@ func TestRightPINKeyedRetryOnRetiredSecretIs503(t *testing.T) {
 		t.Fatal(strings.Join(failures, "\n"))
 	}
 }
+
+// TestHostedKeysAcrossRotation: a key's token and sealed response work on
+// both functions of a rotation. The token is checked under the ids secret
+// (pinned), so a holder completes on either function; a response sealed
+// under the new secret replays on the old function once it learns it (503
+// before, nothing lost), and one sealed under the old secret replays on the
+// new function.
+func TestHostedKeysAcrossRotation(t *testing.T) {
+	t.Parallel()
+	const (
+		a = "rotation-secret-A-0123456789abcdefghijklmnop"
+		b = "rotation-secret-B-0123456789abcdefghijklmnop"
+	)
+	var mu sync.Mutex
+	oldSecret := a
+	oldEnv := testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = ""
+		o.SecretSource = func(context.Context) (string, error) { mu.Lock(); defer mu.Unlock(); return oldSecret, nil }
+	})
+	newEnv := testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = ""
+		o.SecretSource = func(context.Context) (string, error) {
+			return `{"current":"` + b + `","previous":["` + a + `"],"ids":"` + a + `"}`, nil
+		}
+	})
+
+	toNew := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`)
+	if r := do(t, newEnv, "POST", "/keys/k-new/complete", `{"token":"`+toNew.Str("token")+`","response":{"sealed":"B"}}`); r.Status != 200 {
+		t.Fatalf("a token from the old function, completed on the new: %s", r.Raw)
+	}
+	if r := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`); r.Status != 503 {
+		t.Fatalf("the old function replayed what it cannot open: %d %s", r.Status, r.Raw)
+	}
+	mu.Lock()
+	oldSecret = `{"current":"` + a + `","previous":["` + b + `"],"ids":"` + a + `"}`
+	mu.Unlock()
+	time.Sleep(1100 * time.Millisecond) // the reload's MinGap since the 503's
+	if r := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"sealed":"B"}`) {
+		t.Fatalf("the old function after learning B: %d %s", r.Status, r.Raw)
+	}
+
+	toOld := claim(t, newEnv, "k-old", `{"fingerprint":"f"}`)
+	if r := do(t, oldEnv, "POST", "/keys/k-old/complete", `{"token":"`+toOld.Str("token")+`","response":{"sealed":"A"}}`); r.Status != 200 {
+		t.Fatalf("a token from the new function, completed on the old: %s", r.Raw)
+	}
+	if r := claim(t, newEnv, "k-old", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"sealed":"A"}`) {
+		t.Fatalf("a response sealed under A, replayed by the new function: %d %s", r.Status, r.Raw)
+	}
+}

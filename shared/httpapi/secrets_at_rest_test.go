@@ -4,16 +4,21 @@ package httpapi_test
 // server secret.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/exactonce/exactonce/idempotency"
+	"github.com/exactonce/exactonce/idempotency/dynamostore"
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/shared/store"
 )
 
 // TestNoDigestWithoutSecret reads the raw items and the logs and tries what
@@ -85,4 +90,110 @@ func canonical(t *testing.T, body string) []byte {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// storedValues is every string (and hex of every binary) value of an item.
+func storedValues(item map[string]types.AttributeValue) []string {
+	var out []string
+	for _, v := range item {
+		switch v := v.(type) {
+		case *types.AttributeValueMemberS:
+			out = append(out, v.Value)
+		case *types.AttributeValueMemberB:
+			out = append(out, hex.EncodeToString(v.Value))
+		}
+	}
+	return out
+}
+
+// TestHostedKeyTokenAndResponseAreNotStored reads a hosted key's item as a
+// table reader would (a stream image, a backup, read-only access) and tries
+// what such a reader can do with it. Before the fix the item held the
+// holder's fencing token and the stored response as sent: the reader
+// completed another caller's key with a response of its own, and read the
+// card number its holder stored.
+func TestHostedKeyTokenAndResponseAreNotStored(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	const secret = "4111111111111111"
+
+	first := claim(t, env, "pay-9", `{"fingerprint":"f"}`)
+	token := first.Str("token")
+	if first.Status != 201 || len(token) != 32 {
+		t.Fatalf("claim: %s", first.Raw)
+	}
+	for _, v := range storedValues(rawItem(t, env, "key#pay-9")) {
+		if strings.Contains(v, token) {
+			t.Errorf("the holder's token is stored: %q", v)
+		}
+		// The reader tries every stored value as the token.
+		r := do(t, env, "POST", "/keys/pay-9/complete", `{"token":"`+v+`","response":{"forged":true}}`)
+		if r.Status == 200 {
+			t.Fatalf("a stored value completed the key: %q", v)
+		}
+	}
+	if r := do(t, env, "POST", "/keys/pay-9/complete", `{"token":"`+token+`","response":{"card":"`+secret+`"}}`); r.Status != 200 {
+		t.Fatalf("complete: %s", r.Raw)
+	}
+	if r := claim(t, env, "pay-9", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"card":"`+secret+`"}`) {
+		t.Fatalf("replay: %s", r.Raw)
+	}
+	// A retried claim gets its own token back, still not stored.
+	mine := claim(t, env, "job-3", `{"fingerprint":"f"}`, "Idempotency-Key", "c-3")
+	again := claim(t, env, "job-3", `{"fingerprint":"f"}`, "Idempotency-Key", "c-3")
+	if mine.Status != 201 || again.Status != 201 || again.Str("token") != mine.Str("token") {
+		t.Fatalf("retried claim: %s / %s", mine.Raw, again.Raw)
+	}
+	if r := do(t, env, "POST", "/keys/job-3/release", `{"token":"`+again.Str("token")+`","error":"declined"}`); r.Status != 200 {
+		t.Fatalf("release with the replayed token: %s", r.Raw)
+	}
+	for _, id := range []string{"key#pay-9", "key#job-3"} {
+		for _, v := range storedValues(rawItem(t, env, id)) {
+			if strings.Contains(v, secret) || strings.Contains(v, token) || strings.Contains(v, mine.Str("token")) {
+				t.Errorf("%s stores a secret: %q", id, v)
+			}
+		}
+	}
+}
+
+// TestHostedKeysStoredInClearStillWork: keys written before tokens and
+// responses were kept out of the item (token and response as sent) finish
+// their lifecycle after an upgrade: their holders complete or release with
+// the tokens they hold, and a completed one replays its response.
+func TestHostedKeysStoredInClearStillWork(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	old := &dynamostore.Table{DB: env.DB, Name: env.Table, PartitionKey: "actionId", Prefix: store.KeyPrefix}
+	ctx, now := context.Background(), time.Now()
+	claimOld := func(name string) string {
+		tok := idempotency.NewToken()
+		if _, err := old.Claim(ctx, name, idempotency.Claim{Fingerprint: "f", Lease: time.Minute, Token: tok, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	done := claimOld("old-done")
+	if _, err := old.Complete(ctx, "old-done", done, []byte(`{"charge":"ch_1"}`), now); err != nil {
+		t.Fatal(err)
+	}
+	if r := claim(t, env, "old-done", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"charge":"ch_1"}`) {
+		t.Fatalf("replay of a response stored as sent: %s", r.Raw)
+	}
+	held := claimOld("old-held")
+	if r := do(t, env, "POST", "/keys/old-held/complete", `{"token":"`+idempotency.NewToken()+`","response":1}`); r.Status != 409 {
+		t.Fatalf("another token completed an old key: %s", r.Raw)
+	}
+	if r := do(t, env, "POST", "/keys/old-held/complete", `{"token":"`+held+`","response":{"n":2}}`); r.Status != 200 {
+		t.Fatalf("complete with an old key's token: %s", r.Raw)
+	}
+	if r := claim(t, env, "old-held", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"n":2}`) {
+		t.Fatalf("replay: %s", r.Raw)
+	}
+	failed := claimOld("old-failed")
+	if r := do(t, env, "POST", "/keys/old-failed/release", `{"token":"`+failed+`"}`); r.Status != 200 {
+		t.Fatalf("release with an old key's token: %s", r.Raw)
+	}
+	if r := do(t, env, "POST", "/keys/old-failed/release", `{"token":"`+failed+`"}`); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("release again: %d %s", r.Status, r.Raw)
+	}
 }

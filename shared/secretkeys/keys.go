@@ -194,6 +194,59 @@ func (k *Keys) KeyDigest(idempotencyKey string) string {
 	return hex.EncodeToString(mac(k.names, "key\x00", idempotencyKey)[:16])
 }
 
+// A hosted key's fencing token is 16 bytes, hex: a random nonce and a MAC
+// of the nonce and the key's item name under the naming key (stable across
+// rotations, as a lease can outlive one). The item keeps only
+// StoredTokenPrefix and the nonce, so a table read gives no token that
+// completes or releases a key; a claim retried after its answer was lost
+// gets its token back from the stored nonce (KeyToken).
+const (
+	tokenNonceLen = 8
+	tokenMACLen   = 8
+	// StoredTokenPrefix starts the stored form of every token NewKeyToken
+	// makes; a caller's token (hex) never does.
+	StoredTokenPrefix = "n:"
+)
+
+// NewKeyToken returns a fresh token for the hosted key item item, and the
+// form its item stores.
+func (k *Keys) NewKeyToken(item string) (token, stored string) {
+	nonce := make([]byte, tokenNonceLen)
+	_, _ = rand.Read(nonce)
+	return k.keyToken(item, nonce), StoredTokenPrefix + hex.EncodeToString(nonce)
+}
+
+// KeyToken is the token whose stored form is stored. A stored form without
+// StoredTokenPrefix is a token an item kept as sent (written before tokens
+// were stored this way) and is its own token.
+func (k *Keys) KeyToken(item, stored string) string {
+	nonce, err := hex.DecodeString(strings.TrimPrefix(stored, StoredTokenPrefix))
+	if !strings.HasPrefix(stored, StoredTokenPrefix) || err != nil || len(nonce) != tokenNonceLen {
+		return stored
+	}
+	return k.keyToken(item, nonce)
+}
+
+// StoredKeyToken is what a write by the holder of token compares with the
+// item's token: the stored form when token's MAC holds for item, else token
+// as sent, which only an item that kept its token as sent can match.
+func (k *Keys) StoredKeyToken(item, token string) string {
+	raw, err := hex.DecodeString(token)
+	if err != nil || len(raw) != tokenNonceLen+tokenMACLen {
+		return token
+	}
+	nonce := raw[:tokenNonceLen]
+	if !hmac.Equal([]byte(k.keyToken(item, nonce)), []byte(token)) {
+		return token
+	}
+	return StoredTokenPrefix + hex.EncodeToString(nonce)
+}
+
+func (k *Keys) keyToken(item string, nonce []byte) string {
+	m := mac(k.names, "token\x00"+item+"\x00", string(nonce))
+	return hex.EncodeToString(append(append([]byte{}, nonce...), m[:tokenMACLen]...))
+}
+
 // Fingerprint is the stored fingerprint of a canonical request body: an HMAC
 // under the current fingerprint key, prefixed by the key id ("kid:hex").
 func (k *Keys) Fingerprint(body []byte) string { return fingerprint(k.sets[0], body) }

@@ -3,6 +3,7 @@ package secretkeys
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,45 @@ func TestParseSecretRejectsShort(t *testing.T) {
 		if _, err := ParseSecret(s); err == nil {
 			t.Errorf("ParseSecret(%q) accepted", s)
 		}
+	}
+}
+
+// TestKeyToken: a hosted key's token is recomputed from its stored form only
+// with the naming key, verifies only for its item, and survives a rotation
+// that pins the ids secret.
+func TestKeyToken(t *testing.T) {
+	k := mustKeys(t, s1)
+	tok, stored := k.NewKeyToken("key#pay")
+	if len(tok) != 32 || strings.Contains(stored, tok) || !strings.HasPrefix(stored, StoredTokenPrefix) {
+		t.Fatalf("token %q, stored %q", tok, stored)
+	}
+	if got := k.StoredKeyToken("key#pay", tok); got != stored {
+		t.Fatalf("StoredKeyToken = %q, want %q", got, stored)
+	}
+	if got := k.KeyToken("key#pay", stored); got != tok {
+		t.Fatalf("KeyToken = %q, want %q", got, tok)
+	}
+	rotated := mustKeys(t, `{"current":"`+s2+`","previous":["`+s1+`"],"ids":"`+s1+`"}`)
+	if rotated.StoredKeyToken("key#pay", tok) != stored {
+		t.Fatal("a token does not survive a rotation that pins ids")
+	}
+	// Anything else is returned as sent: it can match only an item that
+	// kept a token as sent, never a stored form.
+	other := mustKeys(t, s2)
+	flipped := []byte(tok)
+	flipped[31] ^= 1
+	for _, c := range []struct {
+		keys      *Keys
+		item, tok string
+	}{
+		{k, "key#other", tok}, {other, "key#pay", tok}, {k, "key#pay", string(flipped)},
+		{k, "key#pay", stored}, {k, "key#pay", "0123456789abcdef0123456789abcdef"}, {k, "key#pay", "zz"},
+	} {
+		if got := c.keys.StoredKeyToken(c.item, c.tok); got != c.tok {
+			t.Errorf("StoredKeyToken(%q, %q) = %q, want the token as sent", c.item, c.tok, got)
+		}
+	}
+	if got := k.KeyToken("key#pay", "0123456789abcdef0123456789abcdef"); got != "0123456789abcdef0123456789abcdef" {
+		t.Errorf("a token stored as sent: KeyToken = %q", got)
 	}
 }
