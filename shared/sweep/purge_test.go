@@ -3,6 +3,7 @@ package sweep_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +119,19 @@ func TestPurge(t *testing.T) {
 	}
 	t.Logf("purge: %d items scanned (%.1f read units), %d deleted with %d DeleteItem (%.1f write units incl. index entries: %.2f per item)",
 		r.Scanned, r.ReadUnits, r.Deleted, ops["DeleteItem"], r.WriteUnits, r.WriteUnits/float64(r.Deleted))
+}
+
+// TestPurgeErrorDoesNotNameTheKey: a purge that fails returns an error the
+// sweeper Lambda logs. A hosted key's name may carry meaning (the API logs
+// only a keyed hash of it), so the error names no item. Before the fix it
+// quoted the item's partition key: key#<the name>.
+func TestPurgeErrorDoesNotNameTheKey(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the request fails before DynamoDB answers
+	_, _, err := env.Sweeper.Store.Purge(ctx, "key#alice.smith", time.Now())
+	if err == nil || strings.Contains(err.Error(), "alice") {
+		t.Fatalf("purge error: %v", err)
+	}
 }
