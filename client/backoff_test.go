@@ -58,3 +58,26 @@ func TestManyRetriesWithLongBaseDelay(t *testing.T) {
 		t.Fatalf("%d attempts, %v; want 31 attempts and the 503", attempts.Load(), err)
 	}
 }
+
+// TestRetryAfterIsCappedByMaxDelay: a 503 whose Retry-After asks for a day
+// is retried after MaxDelay, not a day later. Before, the call slept the
+// day (or until its context ended).
+func TestRetryAfterIsCappedByMaxDelay(t *testing.T) {
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if attempts.Add(1) == 1 {
+			w.Header().Set("Retry-After", "86400")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(`{"actionId":"a","state":"active"}`))
+	}))
+	defer srv.Close()
+	c := New(srv.URL, WithRetry(Retry{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: 50 * time.Millisecond}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.GetAction(ctx, "a"); err != nil || attempts.Load() != 2 {
+		t.Fatalf("%d attempts in %v: %v", attempts.Load(), time.Since(start), err)
+	}
+}

@@ -45,7 +45,7 @@ type Client struct {
 
 // Retry is the retry policy: capped exponential backoff with full jitter
 // (a random wait up to min(MaxDelay, BaseDelay·2^attempt)), or the server's
-// Retry-After when it gives one.
+// Retry-After when it gives one, at most MaxDelay.
 type Retry struct {
 	MaxAttempts int           // attempts per call, the first included (default 5)
 	BaseDelay   time.Duration // default 100 ms
@@ -227,6 +227,14 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, hea
 	return &Response{StatusCode: r.status, Header: r.header, Body: r.body}, nil
 }
 
+// MaxResponseBytes bounds the body of an answer the client reads: API
+// Gateway answers at most 10 MB, so a longer body is not the service's.
+const MaxResponseBytes = 10 << 20
+
+// ErrResponseTooLarge is returned for an answer whose body is longer than
+// MaxResponseBytes; the client stops reading it.
+var ErrResponseTooLarge = errors.New("exactonce: answer body over 10 MiB: not the service's")
+
 // once sends one attempt.
 func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	var body io.Reader
@@ -268,9 +276,12 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(b) > MaxResponseBytes {
+		return nil, ErrResponseTooLarge
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true", tokenGen: tokenGen}, nil
 }
@@ -286,7 +297,7 @@ func retryable(status int) bool {
 func (c *Client) backoff(attempt int, last error) time.Duration {
 	var e *Error
 	if errors.As(last, &e) && e.RetryAfter > 0 {
-		return e.RetryAfter
+		return min(e.RetryAfter, max(c.retry.MaxDelay, 0))
 	}
 	// ceiling is min(MaxDelay, BaseDelay·2^(attempt-1)), compared before
 	// shifting: BaseDelay<<shift ≤ MaxDelay exactly when BaseDelay ≤
