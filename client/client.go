@@ -181,6 +181,11 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 		}
 		if r.status >= 200 && r.status < 300 {
 			if out != nil {
+				// Every answer the service sends with a body is an object:
+				// JSON null would leave out as it was, a zero value with no error.
+				if bytes.Equal(bytes.TrimSpace(r.body), []byte("null")) {
+					return r, fmt.Errorf("exactonce: decoding a %d answer: null, not an object", r.status)
+				}
 				if err := json.Unmarshal(r.body, out); err != nil {
 					return r, fmt.Errorf("exactonce: decoding a %d answer: %w", r.status, err)
 				}

@@ -27,3 +27,17 @@ func TestAnswerBodyIsBounded(t *testing.T) {
 		t.Fatalf("err = %v, want ErrResponseTooLarge", err)
 	}
 }
+
+// TestNullAnswerIsAnError: a 200 whose body is JSON null (a proxy's, or a
+// server's bug) is a decoding error. Before, GetAction returned a zero
+// Action and no error: an action with no id, no state, taken as read.
+func TestNullAnswerIsAnError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(" null\n"))
+	}))
+	defer srv.Close()
+	a, err := New(srv.URL).GetAction(context.Background(), "a")
+	if err == nil {
+		t.Fatalf("GetAction = %+v, nil error", a)
+	}
+}
