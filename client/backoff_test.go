@@ -81,3 +81,23 @@ func TestRetryAfterIsCappedByMaxDelay(t *testing.T) {
 		t.Fatalf("%d attempts in %v: %v", attempts.Load(), time.Since(start), err)
 	}
 }
+
+// TestRetryAfterAsDate: Retry-After may be an HTTP-date (RFC 9110); the
+// wait runs until then. Before, a date was read as no Retry-After.
+func TestRetryAfterAsDate(t *testing.T) {
+	h := http.Header{}
+	h.Set("Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat))
+	if d := retryAfter(h); d < time.Second || d > 3*time.Second {
+		t.Fatalf("retryAfter(date in 3 s) = %v", d)
+	}
+	h.Set("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT")
+	if d := retryAfter(h); d != 0 {
+		t.Fatalf("retryAfter(date past) = %v", d)
+	}
+	for v, want := range map[string]time.Duration{"2": 2 * time.Second, "0": 0, "-1": 0, "soon": 0, "": 0} {
+		h.Set("Retry-After", v)
+		if d := retryAfter(h); d != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", v, d, want)
+		}
+	}
+}

@@ -399,11 +399,15 @@ func (s *sigV4) sign(ctx context.Context, req *http.Request, body []byte) error 
 	return s.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", s.region, time.Now())
 }
 
-// retryAfter parses a Retry-After header given in seconds.
+// retryAfter parses a Retry-After header: delay-seconds, or an HTTP-date
+// (RFC 9110, 10.2.3; a date past is no wait).
 func retryAfter(h http.Header) time.Duration {
-	n, err := strconv.Atoi(h.Get("Retry-After"))
-	if err != nil || n < 0 {
-		return 0
+	v := h.Get("Retry-After")
+	if n, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(n, 0)) * time.Second
 	}
-	return time.Duration(n) * time.Second
+	if at, err := http.ParseTime(v); err == nil {
+		return max(time.Until(at), 0)
+	}
+	return 0
 }
