@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -195,5 +197,108 @@ func TestHostedKeysStoredInClearStillWork(t *testing.T) {
 	}
 	if r := do(t, env, "POST", "/keys/old-failed/release", `{"token":"`+failed+`"}`); r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("release again: %d %s", r.Status, r.Raw)
+	}
+}
+
+// setAttr writes one attribute of an item as a table writer would.
+func setAttr(t *testing.T, env *testkit.Env, pk, attr string, v types.AttributeValue) {
+	t.Helper()
+	_, err := env.DB.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(env.Table),
+		Key:                       map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: pk}},
+		UpdateExpression:          aws.String("SET #a = :v"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": v},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustStatus checks an answer's status and error code.
+func mustStatus(t *testing.T, what string, r *testkit.Response, status int, code string) {
+	t.Helper()
+	if r.Status != status || (code != "" && r.Str("error") != code) {
+		t.Errorf("%s: got %d %s, want %d %s", what, r.Status, strings.TrimSpace(r.Raw), status, code)
+	}
+}
+
+// TestKeyTokenHoldsOnlyItsKey: a token completes or releases only the key
+// (and tenant) whose claim made it; nothing built from what a table reader
+// sees (the stored nonce, alone or padded, halves of two tokens) completes
+// a key, nor does a nonce a table writer copies onto another key.
+func TestKeyTokenHoldsOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	a := claim(t, env, "a", `{"fingerprint":"f"}`).Str("token")
+	b := claim(t, env, "b", `{"fingerprint":"f"}`).Str("token")
+	env.Counter.Take()
+
+	mustStatus(t, "A's token on B", do(t, env, "POST", "/keys/b/complete", `{"token":"`+a+`","response":1}`), 409, "lease_lost")
+	mustStatus(t, "upper-case", do(t, env, "POST", "/keys/a/complete", `{"token":"`+strings.ToUpper(a)+`","response":1}`), 409, "lease_lost")
+	mustStatus(t, "whitespace", do(t, env, "POST", "/keys/a/complete", `{"token":" `+a[:31]+`","response":1}`), 400, "invalid_request")
+	mustStatus(t, "trailing nl", do(t, env, "POST", "/keys/a/complete", `{"token":"`+a+`\n","response":1}`), 400, "invalid_request")
+	// What a table reader sees, in every shape.
+	stored := rawItem(t, env, "key#a")["token"].(*types.AttributeValueMemberS).Value
+	nonce := strings.TrimPrefix(stored, "n:")
+	for _, tok := range []string{stored, nonce, nonce + nonce, nonce + strings.Repeat("0", 16), strings.Repeat("0", 16) + nonce, a[:16] + b[16:]} {
+		r := do(t, env, "POST", "/keys/a/complete", `{"token":"`+tok+`","response":{"forged":1}}`)
+		if r.Status == 200 {
+			t.Errorf("stored-derived token %q completed: %s", tok, r.Raw)
+		}
+	}
+	// A writer copies A's stored token onto B; A's holder tries B.
+	setAttr(t, env, "key#b", "token", &types.AttributeValueMemberS{Value: stored})
+	mustStatus(t, "A's token on B with A's nonce", do(t, env, "POST", "/keys/b/complete", `{"token":"`+a+`","response":1}`), 409, "lease_lost")
+	mustStatus(t, "A", do(t, env, "POST", "/keys/a/complete", `{"token":"`+a+`","response":1}`), 200, "")
+
+	tenv := testkit.NewEnv(t, withTenants)
+	al := as(t, tenv, alpha, "POST", "/keys/k/claim", `{"fingerprint":"f"}`).Str("token")
+	be := as(t, tenv, beta, "POST", "/keys/k/claim", `{"fingerprint":"f"}`).Str("token")
+	if len(al) != 32 || len(be) != 32 {
+		t.Fatal("tenant claims")
+	}
+	mustStatus(t, "alpha's token on beta", as(t, tenv, beta, "POST", "/keys/k/complete", `{"token":"`+al+`","response":1}`), 409, "lease_lost")
+	mustStatus(t, "beta's token on alpha", as(t, tenv, alpha, "POST", "/keys/k/release", `{"token":"`+be+`"}`), 409, "lease_lost")
+	mustStatus(t, "beta", as(t, tenv, beta, "POST", "/keys/k/complete", `{"token":"`+be+`","response":1}`), 200, "")
+}
+
+// TestSealedResponseReplaysOnlyOnItsKey: a sealed response that a table
+// writer moves onto another key's item (of its tenant or another) is never
+// replayed there (500), nor is a damaged one.
+func TestSealedResponseReplaysOnlyOnItsKey(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t, withTenants)
+	complete := func(who, key, resp string) {
+		t.Helper()
+		tok := as(t, env, who, "POST", "/keys/"+key+"/claim", `{"fingerprint":"f"}`).Str("token")
+		if r := as(t, env, who, "POST", "/keys/"+key+"/complete", `{"token":"`+tok+`","response":`+resp+`}`); r.Status != 200 {
+			t.Fatalf("complete %s: %s", key, r.Raw)
+		}
+	}
+	complete(alpha, "src", `{"secret":"SRC"}`)
+	complete(alpha, "dst", `{"mine":"DST"}`)
+	complete(beta, "dst", `{"mine":"BETA"}`)
+	src := rawItem(t, env, "key#t#alpha#src")["response"]
+	if s := src.(*types.AttributeValueMemberS).Value; !strings.HasPrefix(s, "~") || strings.Contains(s, "SRC") {
+		t.Fatalf("stored response: %q", s)
+	}
+	setAttr(t, env, "key#t#alpha#dst", "response", src)
+	setAttr(t, env, "key#t#beta#dst", "response", src)
+	for _, c := range []struct{ who, key string }{{alpha, "dst"}, {beta, "dst"}} {
+		r := as(t, env, c.who, "POST", "/keys/"+c.key+"/claim", `{"fingerprint":"f"}`)
+		if strings.Contains(r.Raw, "SRC") || (r.Status != 500 && r.Status != 503) {
+			t.Errorf("swapped response replayed for %s: %d %s", c.key, r.Status, r.Raw)
+		}
+		t.Logf("%s/%s: %d %s", c.who, c.key, r.Status, strings.TrimSpace(r.Raw))
+	}
+	// Truncated / bit-flipped / not-base64 sealed forms.
+	s := src.(*types.AttributeValueMemberS).Value
+	for _, bad := range []string{"~", "~!!", s[:len(s)-4], "~" + strings.Repeat("A", 40)} {
+		setAttr(t, env, "key#t#alpha#src", "response", &types.AttributeValueMemberS{Value: bad})
+		r := as(t, env, alpha, "POST", "/keys/src/claim", `{"fingerprint":"f"}`)
+		if r.Status != 500 && r.Status != 503 {
+			t.Errorf("tampered %q: %d %s", bad, r.Status, r.Raw)
+		}
 	}
 }
