@@ -520,3 +520,36 @@ func TestFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeIsEachCallsOwn: one Outcome context used for several calls (a
+// loop over orders; batch passes its ctx to each record) reports each
+// call's own outcome. Before the fix a first execution after a replay read
+// as a replay, and the function saw IsReplay(ctx) true while it ran for the
+// first time.
+func TestOutcomeIsEachCallsOwn(t *testing.T) {
+	table, _ := newTable(t)
+	var sawReplay atomic.Bool
+	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
+		if idempotency.IsReplay(ctx) {
+			sawReplay.Store(true)
+		}
+		return receipt{Charge: o.ID}, nil
+	}, idempotency.Options[order, receipt]{Store: table, Namespace: "oc", Key: orderID})
+	ctx, o := idempotency.WithOutcome(context.Background())
+	if _, err := h(ctx, order{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h(ctx, order{ID: "a"}); err != nil { // a replay
+		t.Fatal(err)
+	}
+	if !o.Replayed {
+		t.Fatal("the replay did not say so")
+	}
+	r, err := h(ctx, order{ID: "b"}) // a first execution
+	if err != nil || r.Charge != "b" {
+		t.Fatal(r, err)
+	}
+	if o.Replayed || o.Key != "oc:b" || sawReplay.Load() {
+		t.Errorf("first execution of b: outcome %+v, IsReplay inside the function %v; want Replayed false", *o, sawReplay.Load())
+	}
+}

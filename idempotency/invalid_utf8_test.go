@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/exactonce/exactonce/idempotency"
 )
@@ -49,5 +52,62 @@ func TestInvalidUTF8ResponseNeverReplaysOtherBytes(t *testing.T) {
 	r, err := idempotency.Run(context.Background(), table, call, fn)
 	if effects != 1 || r.Replayed || !errors.Is(err, idempotency.ErrResponseNotStored) {
 		t.Fatalf("retry: effects %d, replayed %v (%q), err %v; want one effect and ErrResponseNotStored", effects, r.Replayed, r.Response, err)
+	}
+}
+
+// TestWrapResultNotUTF8IsNotStored: a Wrap'd function whose result holds a
+// string that is not UTF-8 gets ErrResponseNotStored and its key stays
+// held. Before the fix encoding/json wrote each bad byte as U+FFFD, so the
+// key completed with other text than the first caller got, and every
+// replay answered what the first call never got (the case
+// TestInvalidUTF8ResponseNeverReplaysOtherBytes rules out for Run).
+func TestWrapResultNotUTF8IsNotStored(t *testing.T) {
+	table, _ := newTable(t)
+	var runs atomic.Int32
+	h := idempotency.Wrap(func(ctx context.Context, o order) (receipt, error) {
+		runs.Add(1)
+		return receipt{Charge: "ch_\xff\xfe"}, nil
+	}, idempotency.Options[order, receipt]{Store: table, Namespace: "utf8", Key: orderID})
+	ctx := context.Background()
+	first, err1 := h(ctx, order{ID: "k"})
+	second, err2 := h(ctx, order{ID: "k"})
+	if runs.Load() != 1 {
+		t.Fatalf("runs %d", runs.Load())
+	}
+	if err1 == nil && err2 == nil && first != second {
+		t.Fatalf("first call got %q, its replay %q: a replay answers what the first call never got", first.Charge, second.Charge)
+	}
+	if !errors.Is(err1, idempotency.ErrResponseNotStored) || !errors.Is(err2, idempotency.ErrInProgress) {
+		t.Fatalf("first %v, second %v; want ErrResponseNotStored, then ErrInProgress", err1, err2)
+	}
+}
+
+// TestKeyFromBinaryMultiSelectIsRefused: a key picked by a multi-select out
+// of binary data (powertools_base64 of 0xff and of 0xfe) is refused, as the
+// docs say. Before the fix both were the key ["\ufffd","/pay"] and the
+// second request got the first's answer. The docs: "A Go string in the input, the key or the
+// payload that is not UTF-8 (raw bytes, say what powertools_base64 decoded
+// from binary data) is refused before the function runs: JSON would write
+// each such byte as U+FFFD, so "\xff" and "\xfe" would be one payload and
+// one key".
+func TestKeyFromBinaryMultiSelectIsRefused(t *testing.T) {
+	type req = events.APIGatewayV2HTTPRequest
+	key := idempotency.KeyJMESPath[req](`[powertools_base64(body), rawPath]`)
+	a, errA := key(req{Body: "/w==", RawPath: "/pay"}) // 0xff
+	b, errB := key(req{Body: "/g==", RawPath: "/pay"}) // 0xfe
+	if errA == nil && errB == nil && a == b {
+		t.Errorf("two keys from other bytes are one: %q (want an error)", a)
+	}
+
+	table, _ := newTable(t)
+	var runs int
+	h := idempotency.Wrap(func(ctx context.Context, r req) (string, error) {
+		runs++
+		return "handled " + r.Body, nil
+	}, idempotency.Options[req, string]{Store: table, Namespace: "bin", Key: key})
+	r1, err1 := h(context.Background(), req{Body: "/w==", RawPath: "/pay"})
+	r2, err2 := h(context.Background(), req{Body: "/g==", RawPath: "/pay"})
+	if runs != 0 && (r2 != "handled /g==" || runs != 2) {
+		t.Errorf("first %q %v, second %q %v, runs %d: the second request got the first's answer", r1, err1, r2, err2, runs)
 	}
 }

@@ -148,10 +148,16 @@ func keyText(v any) (string, error) {
 		return "", nil
 	}
 	if s, ok := v.(string); ok {
+		if !utf8.ValidString(s) {
+			return "", errors.New("idempotency: key: a string is not UTF-8 text")
+		}
 		return s, nil
 	}
-	b, err := json.Marshal(v)
-	return string(b), err
+	b, err := marshalText(v) // not json.Marshal: it writes each byte that is not UTF-8 as U+FFFD
+	if err != nil {
+		return "", fmt.Errorf("idempotency: key: %w", err)
+	}
+	return string(b), nil
 }
 
 // MissingKey reports whether a value found where the key should be counts

@@ -89,6 +89,9 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 	}
 	return func(ctx context.Context, in In) (Out, error) {
 		var zero Out
+		if out := outcomeOf(ctx); out != nil {
+			*out = Outcome{} // this call's alone: a ctx may serve several calls
+		}
 		key, err := o.Key(in)
 		if err != nil {
 			return zero, fmt.Errorf("idempotency: key: %w", err)
@@ -153,7 +156,9 @@ func encodeResponse(v any) (b []byte, err error) {
 			err = fmt.Errorf("%w: encode the response: panic: %v", ErrResponseNotStored, r)
 		}
 	}()
-	if b, err = json.Marshal(v); err != nil {
+	// marshalText, not json.Marshal: a string that is not UTF-8 would be
+	// stored (and replayed) as U+FFFD, other text than the first call got.
+	if b, err = marshalText(v); err != nil {
 		return nil, fmt.Errorf("%w: encode the response: %w", ErrResponseNotStored, err)
 	}
 	return b, nil
@@ -178,7 +183,7 @@ func defaultNamespace(fn any) string {
 	if lambda := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); lambda != "" {
 		name = lambda + "." + name
 	}
-	return strings.Map(func(r rune) rune {
+	ns := strings.Map(func(r rune) rune {
 		switch {
 		case r == '/':
 			return '.'
@@ -187,6 +192,15 @@ func defaultNamespace(fn any) string {
 		}
 		return '-'
 	}, name)
+	// The mapping loses what it replaced: two names of letters that are not
+	// ASCII, or two instantiations of one generic function (whose names
+	// the runtime gives as "f[...]"), would map to one namespace. Such a
+	// name carries a digest of itself and of fn's type.
+	if ns != strings.ReplaceAll(name, "/", ".") {
+		sum := sha256.Sum256([]byte(name + "\x00" + reflect.TypeOf(fn).String()))
+		ns += "~" + hex.EncodeToString(sum[:8])
+	}
+	return ns
 }
 
 // wholeInput is the default key: the fingerprint of the whole input, or ""
