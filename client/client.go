@@ -45,7 +45,7 @@ type Client struct {
 
 // Retry is the retry policy: capped exponential backoff with full jitter
 // (a random wait up to min(MaxDelay, BaseDelay·2^attempt)), or the server's
-// Retry-After when it gives one, at most MaxDelay.
+// Retry-After when it gives one (in full: bound a call with its context).
 type Retry struct {
 	MaxAttempts int           // attempts per call, the first included (default 5)
 	BaseDelay   time.Duration // default 100 ms
@@ -302,7 +302,7 @@ func retryable(status int) bool {
 func (c *Client) backoff(attempt int, last error) time.Duration {
 	var e *Error
 	if errors.As(last, &e) && e.RetryAfter > 0 {
-		return min(e.RetryAfter, max(c.retry.MaxDelay, 0))
+		return e.RetryAfter
 	}
 	// ceiling is min(MaxDelay, BaseDelay·2^(attempt-1)), compared before
 	// shifting: BaseDelay<<shift ≤ MaxDelay exactly when BaseDelay ≤
