@@ -46,16 +46,15 @@ func expiryShard(id string, shards int) string {
 func (st *Store) Expire(ctx context.Context, id string, now time.Time) (bool, error) {
 	now = action.Millis(now)
 	// Unfinished (not consumed, canceled or already expired) and due.
+	// A failed condition is all it needs to know (finished, not due or
+	// gone): the old item is not decoded, so one it cannot read (a
+	// malformed attribute) does not fail the sweep's page.
 	due := unfinished().And(expression.Name(attrExpiresAtMs).LessThanEqual(expression.Value(n(now.UnixMilli()))))
-	_, old, err := st.update(ctx, id, set(expression.UpdateBuilder{}, attrExpiredAt, ts(now)), due, types.ReturnValueNone)
-	var r *action.Rejection
-	switch {
-	case errors.As(err, &r) && r.Code == action.CodeNotFound:
-		return false, nil
-	case err != nil:
+	_, _, failed, err := st.exprWrite(ctx, id, set(expression.UpdateBuilder{}, attrExpiredAt, ts(now)), &due, types.ReturnValueNone)
+	if err != nil {
 		return false, err
 	}
-	return old == nil, nil
+	return !failed, nil
 }
 
 // DueAction is an entry of the expiry index.
@@ -201,14 +200,25 @@ func (st *Store) AdvanceWatermarks(ctx context.Context, marks map[int]int64) err
 		_, _, failed, err = st.exprWrite(ctx, WatermarkID, u, &cond, types.ReturnValueNone)
 		return failed, err
 	}
-	failed, err := raise(shards)
-	if err != nil || !failed || len(shards) == 1 {
-		return err
-	}
-	for _, shard := range shards {
-		if _, err := raise([]int{shard}); err != nil {
+	// An expression is at most 4 KB: the condition of 80 shards is past it,
+	// so the shards go watermarkChunk to a write.
+	for chunk := range slices.Chunk(shards, watermarkChunk) {
+		failed, err := raise(chunk)
+		if err != nil {
 			return err
+		}
+		if !failed || len(chunk) == 1 {
+			continue
+		}
+		for _, shard := range chunk {
+			if _, err := raise([]int{shard}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
+
+// watermarkChunk is how many shards' watermarks one write raises (its
+// condition is about 2.5 KB).
+const watermarkChunk = 50

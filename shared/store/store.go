@@ -356,9 +356,16 @@ type Cancel struct {
 func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Action, error) {
 	pk := tenant.ItemKey(c.Tenant, id)
 	now := action.Millis(c.Now)
-	written, old, err := st.cancelWrite(ctx, pk, c, now, open(now).And(single()))
+	written, old, err := st.cancelWrite(ctx, pk, c, now, now.Add(st.retention).Unix(), open(now).And(single()))
 	if err == nil && old != nil && old.MultiUse() && old.CanceledAt.IsZero() && old.ConsumedAt.IsZero() && old.ExpiredAt.IsZero() && now.Before(old.ExpiresAt) {
-		latest, cerr := st.closeGates(ctx, old, c, now.Add(st.retention).Unix())
+		// The closed gates keep the end of retention they had (the open
+		// action's, as its records do), and the canceled item takes it
+		// too: a cancel that stopped after closing them leaves an open
+		// action whose closed gates last as long as it does (gates gone
+		// before it, purged or deleted by TTL, let takes in again, past
+		// maxUses). Item, gates and records then go together.
+		ttl := st.ttlOf(old)
+		latest, cerr := st.closeGates(ctx, old, c, ttl)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -366,7 +373,7 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 		if !latest.Before(now) {
 			now = latest.Add(time.Millisecond)
 		}
-		written, old, err = st.cancelWrite(ctx, pk, c, now, open(now))
+		written, old, err = st.cancelWrite(ctx, pk, c, now, ttl, open(now))
 	}
 	if err != nil {
 		return nil, err
@@ -383,10 +390,10 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 }
 
 // cancelWrite is a cancel's conditional write on the action's item, at now.
-func (st *Store) cancelWrite(ctx context.Context, pk string, c Cancel, now time.Time, cond expression.ConditionBuilder) (written, old *action.Action, err error) {
+func (st *Store) cancelWrite(ctx context.Context, pk string, c Cancel, now time.Time, ttl int64, cond expression.ConditionBuilder) (written, old *action.Action, err error) {
 	u := set(expression.UpdateBuilder{}, attrCanceledAt, ts(now))
 	u = setIf(u, attrCancelReason, c.Reason)
-	u = set(u, attrTTL, n(now.Add(st.retention).Unix()))
+	u = set(u, attrTTL, n(ttl))
 	u = setWrite(u, attrCancelKey, attrCancelFP, attrCancelReq, c.Write)
 	return st.update(ctx, pk, u, cond, types.ReturnValueAllNew)
 }
