@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -109,6 +110,9 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			v.Token = c.keys.KeyToken(name, replay.Key.Token)
 			return respond(http.StatusCreated, v, map[string]string{HeaderReplayed: "true"}), nil
 		case err != nil:
+			if kid := heldUnderUnknownKey(err, r, c.requestID); kid != "" {
+				return fail(&action.UnknownKeyError{KeyID: kid})
+			}
 			return fail(err)
 		}
 		c.outcome = "claimed"
@@ -116,6 +120,27 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		v.Token = token
 		return respond(http.StatusCreated, v, nil), nil
 	})
+}
+
+// heldUnderUnknownKey is the key set of the held claim's fingerprint when
+// a claim refused in_progress may be that very call (the same
+// Idempotency-Key or request id) but its body cannot be compared: the
+// holder's fingerprint is under a key set the request has none under (a
+// function rotated first, or a secret retired). "" otherwise.
+func heldUnderUnknownKey(err error, r *request, requestID string) string {
+	var rej *idempotency.Rejection
+	if !errors.As(err, &rej) || rej.Code != idempotency.CodeInProgress || rej.Key == nil {
+		return ""
+	}
+	held := rej.Key.Claim
+	if !(r.key != "" && held.Key == r.key || held.RequestID != "" && held.RequestID == requestID) {
+		return ""
+	}
+	kid := action.FingerprintKeyID(held.Fingerprint)
+	if kid == "" || slices.ContainsFunc(r.fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
+		return ""
+	}
+	return kid
 }
 
 // Complete handles POST /keys/{key}/complete: the holder stores the response

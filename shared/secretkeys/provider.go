@@ -19,7 +19,12 @@ type Provider struct {
 	source  Source
 	Refresh time.Duration // default 5 minutes
 	MinGap  time.Duration // default 1 second
-	Now     func() time.Time
+	// ReadTimeout bounds a read made on a request's path (a refresh, or
+	// learning a key id), default 2 seconds: a source that hangs costs the
+	// request that long, then the keys it has serve it (or 503), well
+	// within the function's timeout.
+	ReadTimeout time.Duration
+	Now         func() time.Time
 
 	mu        sync.Mutex
 	keys      *Keys
@@ -29,8 +34,8 @@ type Provider struct {
 
 // NewProvider reads the secret once (a cold start fails loudly without it).
 func NewProvider(ctx context.Context, src Source) (*Provider, error) {
-	p := &Provider{source: src, Refresh: 5 * time.Minute, MinGap: time.Second, Now: time.Now}
-	if _, err := p.load(ctx); err != nil {
+	p := &Provider{source: src, Refresh: 5 * time.Minute, MinGap: time.Second, ReadTimeout: 2 * time.Second, Now: time.Now}
+	if _, err := p.load(ctx, 0); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -49,7 +54,7 @@ func (p *Provider) Keys(ctx context.Context) *Keys {
 	k := p.keys
 	p.mu.Unlock()
 	if stale {
-		if nk, err := p.load(ctx); err == nil {
+		if nk, err := p.load(ctx, p.ReadTimeout); err == nil {
 			return nk
 		}
 	}
@@ -73,17 +78,23 @@ func (p *Provider) Learn(ctx context.Context, id string) (*Keys, bool) {
 	if !due {
 		return k, false
 	}
-	nk, err := p.load(ctx)
+	nk, err := p.load(ctx, p.ReadTimeout)
 	if err != nil {
 		return k, false
 	}
 	return nk, nk.Knows(id)
 }
 
-func (p *Provider) load(ctx context.Context) (*Keys, error) {
+// load reads the secret, for at most timeout when it is not 0.
+func (p *Provider) load(ctx context.Context, timeout time.Duration) (*Keys, error) {
 	p.mu.Lock()
 	p.triedAt = p.Now() // a failing source is not asked again before MinGap/Refresh
 	p.mu.Unlock()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	s, err := p.source(ctx)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -273,11 +274,19 @@ func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w actio
 		}
 		cond = cond.Or(expression.Name(attrCancelFP).In(same[0], same[1:]...))
 	}
-	old, _, failed, err := st.exprWrite(ctx, cancelAllRecord(tenantName, w.Key), u, &cond, types.ReturnValueAllOld)
+	old, refused, failed, err := st.exprWrite(ctx, cancelAllRecord(tenantName, w.Key), u, &cond, types.ReturnValueAllOld)
 	switch {
 	case err != nil:
 		return false, err
 	case failed:
+		// A record under a key set the request cannot fingerprint with (a
+		// function rotated first, or a secret retired) is not another body:
+		// nothing is judged against it (the API learns the key, or 503).
+		stored := dynamoitem.Decoder{Item: refused}
+		if kid := action.FingerprintKeyID(stored.Str(attrCancelFP)); kid != "" &&
+			!slices.ContainsFunc(fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
+			return false, &action.UnknownKeyError{KeyID: kid}
+		}
 		return false, action.Reject(action.CodeKeyReused, nil)
 	}
 	d := dynamoitem.Decoder{Item: old}

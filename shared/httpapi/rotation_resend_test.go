@@ -1,0 +1,189 @@
+package httpapi_test
+
+// The secret rotating, retired or unreachable between two calls of one
+// logical operation.
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/server"
+)
+
+const (
+	rotA = "rotation-secret-A-0123456789abcdefghijklmnop"
+	rotB = "rotation-secret-B-0123456789abcdefghijklmnop"
+)
+
+// rotationPair: "old" started on A alone (its source can be moved on), "new"
+// on {current B, previous A, ids A}: two warm functions of one table while a
+// rotation reaches them one after the other.
+func rotationPair(t *testing.T) (oldEnv, newEnv *testkit.Env, setOld func(string)) {
+	t.Helper()
+	var mu sync.Mutex
+	oldSecret := rotA
+	oldEnv = testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = ""
+		o.SecretSource = func(context.Context) (string, error) { mu.Lock(); defer mu.Unlock(); return oldSecret, nil }
+	})
+	newEnv = testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = ""
+		o.SecretSource = func(context.Context) (string, error) {
+			return `{"current":"` + rotB + `","previous":["` + rotA + `"],"ids":"` + rotA + `"}`, nil
+		}
+	})
+	return oldEnv, newEnv, func(s string) { mu.Lock(); oldSecret = s; mu.Unlock() }
+}
+
+// TestKeyedResendsAcrossRotation: a keyed call answered on the function
+// rotated first (its fingerprint under B), its answer lost, re-sent to a
+// function whose secret already lists B but which has not re-read it yet
+// (step 1 reached its source; its 5-minute refresh has not run). The
+// docs: a function that meets a key id it does not know, on any route,
+// re-reads the secret and runs the request once more; it never judges
+// against what it cannot verify. So the re-send is the same call: the first
+// answer again, as for create, consume and cancel. Before the fix a keyed
+// cancel-all re-sent so answered 422 idempotency_key_reused, and a keyed
+// claim 409 in_progress (its own lease).
+func TestKeyedResendsAcrossRotation(t *testing.T) {
+	t.Parallel()
+	oldEnv, newEnv, setOld := rotationPair(t)
+	setOld(`{"current":"` + rotA + `","previous":["` + rotB + `"],"ids":"` + rotA + `"}`) // step 1 reached the source
+
+	var failures []string
+	// Hosted key: claimed with a key on the new function, the claim re-sent
+	// to the old: its own claim, so 201 with the same token.
+	c1 := claim(t, newEnv, "hk", `{"fingerprint":"f"}`, "Idempotency-Key", "kc-1")
+	if c1.Status != 201 {
+		t.Fatalf("claim: %s", c1.Raw)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	c2 := claim(t, oldEnv, "hk", `{"fingerprint":"f"}`, "Idempotency-Key", "kc-1")
+	if c2.Status != 201 || c2.Str("token") != c1.Str("token") {
+		failures = append(failures, "keyed claim re-sent to the function that has not re-read the secret: "+c2.Raw+" (first: "+c1.Raw+")")
+	}
+	// Cancel-all: recorded on the new function, re-sent to the old.
+	create(t, newEnv, `{"actionId":"ca1","userId":"cu","kind":"z"}`)
+	first := do(t, newEnv, "POST", "/users/cu/actions/cancel", `{"kind":"z"}`, "Idempotency-Key", "ca-1")
+	if first.Status != 200 {
+		t.Fatalf("cancel-all: %s", first.Raw)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	again := do(t, oldEnv, "POST", "/users/cu/actions/cancel", `{"kind":"z"}`, "Idempotency-Key", "ca-1")
+	if again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" {
+		failures = append(failures, "cancel-all re-sent to the function that has not re-read the secret: "+again.Raw+" (first: "+first.Raw+")")
+	}
+
+	// Reference (last: it makes the old function learn B): the action routes do learn B from the stored fingerprint.
+	create(t, newEnv, `{"actionId":"x1","userId":"u"}`)
+	first = do(t, newEnv, "POST", "/actions/x1/cancel", `{"reason":"r"}`, "Idempotency-Key", "can-1")
+	time.Sleep(1100 * time.Millisecond)
+	again = do(t, oldEnv, "POST", "/actions/x1/cancel", `{"reason":"r"}`, "Idempotency-Key", "can-1")
+	if again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("reference, cancel re-sent across the rotation: %d %s; first %s", again.Status, again.Raw, first.Raw)
+	}
+
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// TestKeyedResendsOnARetiredSecretAre503: the same re-sends where the function
+// cannot learn the first call's key set (A retired too early): 503 until A
+// is back, never a judgement (docs/operating.md: "without the key it
+// answers 503 unavailable and the action stays as it was"). Before the fix
+// the cancel-all was 422 and the claim 409.
+func TestKeyedResendsOnARetiredSecretAre503(t *testing.T) {
+	t.Parallel()
+	onA := testkit.NewEnv(t, func(o *server.Options) { o.Secret = rotA })
+	retired := testkit.NewEnv(t, func(o *server.Options) { o.Secret = `{"current":"` + rotB + `","ids":"` + rotA + `"}` })
+
+	var failures []string
+	create(t, onA, `{"actionId":"x1","userId":"u"}`)
+	do(t, onA, "POST", "/actions/x1/cancel", `{"reason":"r"}`, "Idempotency-Key", "can-1")
+	if r := do(t, retired, "POST", "/actions/x1/cancel", `{"reason":"r"}`, "Idempotency-Key", "can-1"); r.Status != 503 {
+		t.Fatalf("reference, cancel: %d %s", r.Status, r.Raw)
+	}
+
+	create(t, onA, `{"actionId":"ca1","userId":"cu","kind":"z"}`)
+	do(t, onA, "POST", "/users/cu/actions/cancel", `{"kind":"z"}`, "Idempotency-Key", "ca-1")
+	if r := do(t, retired, "POST", "/users/cu/actions/cancel", `{"kind":"z"}`, "Idempotency-Key", "ca-1"); r.Status != 503 {
+		failures = append(failures, "cancel-all re-sent, its first call's key set retired: "+r.Raw)
+	}
+	claim(t, onA, "hk", `{"fingerprint":"f"}`, "Idempotency-Key", "kc-1")
+	if r := claim(t, retired, "hk", `{"fingerprint":"f"}`, "Idempotency-Key", "kc-1"); r.Status != 503 {
+		failures = append(failures, "keyed claim re-sent, its first call's key set retired: "+r.Raw)
+	}
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// TestSecretSourceThatHangsIsBounded: the secret source does not answer
+// (Secrets Manager unreachable) when a request needs a key set the function
+// lacks: the request answers 503 within seconds, not after the function's
+// timeout. Before the fix it waited on the source without a bound (here the
+// client gave up after 9 s; in Lambda an opaque timeout, no Retry-After).
+func TestSecretSourceThatHangsIsBounded(t *testing.T) {
+	t.Parallel()
+	var hang sync.Mutex
+	var hanging bool
+	oldEnv := testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = ""
+		o.SecretSource = func(ctx context.Context) (string, error) {
+			hang.Lock()
+			h := hanging
+			hang.Unlock()
+			if h {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			return rotA, nil
+		}
+	})
+	newEnv := testkit.NewEnv(t, func(o *server.Options) {
+		o.Secret = `{"current":"` + rotB + `","previous":["` + rotA + `"],"ids":"` + rotA + `"}`
+	})
+	create(t, newEnv, `{"actionId":"b1","userId":"u","payload":"p"}`)
+	hang.Lock()
+	hanging = true
+	hang.Unlock()
+	time.Sleep(1100 * time.Millisecond)
+	c := *client
+	c.Timeout = 9 * time.Second // the function's timeout is 10 s
+	start := time.Now()
+	r, err := testkit.Send(&c, "POST", oldEnv.URL+"/actions/b1/consume", "")
+	if err != nil {
+		t.Fatalf("the request waited on the hanging secret source for %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	unavailable(t, "consume while the source hangs", r)
+}
+
+// unavailable checks a 503 unavailable with Retry-After whose body names
+// nothing of the dependency and none of secrets.
+func unavailable(t *testing.T, what string, r *testkit.Response, secrets ...string) {
+	t.Helper()
+	if r.Status != 503 || r.Str("error") != "unavailable" || r.Header.Get("Retry-After") == "" {
+		t.Errorf("%s: %d %s (Retry-After %q), want 503 unavailable", what, r.Status, r.Raw, r.Header.Get("Retry-After"))
+		return
+	}
+	var keys []string
+	for k := range r.Body {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if strings.Join(keys, ",") != "error,message,requestId" {
+		t.Errorf("%s: 503 body members %v: %s", what, keys, r.Raw)
+	}
+	low := strings.ToLower(r.Raw)
+	for _, leak := range append([]string{"127.0.0.1", "dynamodb", "operation error", "serviceunavailable", "internal detail", "secret", "https://", "http://"}, secrets...) {
+		if strings.Contains(low, strings.ToLower(leak)) {
+			t.Errorf("%s: 503 body leaks %q: %s", what, leak, r.Raw)
+		}
+	}
+}
