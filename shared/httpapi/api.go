@@ -123,7 +123,10 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 			// After the write, and on every retry of it: the user's earlier open
 			// actions of this kind are canceled (idempotent; a dependency fault
 			// is a 503 the caller retries with its key).
-			if _, err := service.Supersede(ctx, a.store, created, c.requestID, replay != nil, a.Now()); err != nil {
+			// A re-send is another request with the key; the SDK re-sending
+			// this request's own write (its answer lost) is the first attempt.
+			resent := replay != nil && replay.Action.Create.RequestID != c.requestID
+			if _, err := service.Supersede(ctx, a.store, created, c.requestID, resent, a.Now); err != nil {
 				return fail(err)
 			}
 		}

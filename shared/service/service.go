@@ -9,6 +9,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -41,6 +42,11 @@ type CancelAll struct {
 	// Except, when set, spares this action and everything created after it
 	// (a superseding create cancels only what came before it).
 	Except *action.Action
+	// Also, when set, is an action to cancel whatever its time (the one a
+	// superseding create's pointer write replaced): read with the others
+	// when it is among them (no write when it is finished), else canceled
+	// directly.
+	Also string
 }
 
 // cancelParallel is how many cancels of one call are in flight at once.
@@ -66,8 +72,16 @@ func CancelUser(ctx context.Context, st *store.Store, c CancelAll) ([]string, er
 	var canceled []string
 	var todo []*action.Action
 	at := action.Attempt{Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID}
+	alsoRead := false
 	for _, a := range all {
 		if a == nil {
+			continue
+		}
+		if c.Also != "" && a.ID == c.Also {
+			alsoRead = true
+			if !a.Finished() && c.Now.Before(a.ExpiresAt) {
+				todo = append(todo, a)
+			}
 			continue
 		}
 		if !a.CanceledAt.IsZero() && c.Write.Key != "" && a.Cancel.Key == c.Write.Key {
@@ -90,6 +104,9 @@ func CancelUser(ctx context.Context, st *store.Store, c CancelAll) ([]string, er
 		if !a.Finished() && c.Now.Before(a.ExpiresAt) {
 			todo = append(todo, a)
 		}
+	}
+	if c.Also != "" && !alsoRead {
+		todo = append(todo, &action.Action{ID: c.Also})
 	}
 	ids, err := cancelEach(ctx, st, todo, c)
 	canceled = append(canceled, ids...)
@@ -132,7 +149,7 @@ func cancelEach(ctx context.Context, st *store.Store, todo []*action.Action, c C
 			if c.Clock != nil {
 				now = c.Clock()
 			}
-			_, err := st.Cancel(ctx, a.ID, store.Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: now})
+			_, err := st.Cancel(ctx, a.ID, store.Cancel{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, Now: now, NoCount: true})
 			var replay *action.Replay
 			var rej *action.Rejection
 			mu.Lock()
@@ -166,37 +183,37 @@ func cancelEach(ctx context.Context, st *store.Store, todo []*action.Action, c C
 // pointer item settles it (store.MoveSupersedePointer): one conditional
 // write moves it to the newer of the two and names the action it named
 // before, which is canceled; a create whose write fails cancels itself. So
-// at most one of concurrent superseding creates stays open. replayed says
-// a's create was re-sent. It returns the ids it canceled (a itself among
-// them when a newer one had already superseded it).
-func Supersede(ctx context.Context, st *store.Store, a *action.Action, requestID string, replayed bool, now time.Time) ([]string, error) {
-	replaced, superseded, err := st.MoveSupersedePointer(ctx, a, replayed)
+// at most one of concurrent superseding creates stays open. resent says
+// a's create was re-sent (with its key) after a first attempt wrote it;
+// clock stamps each cancel when it is written. It returns the ids it
+// canceled (a itself among them when a newer one had already superseded it).
+//
+// A re-send cannot tell a newer create from one its own first attempt
+// still has to take the pointer from: while that attempt may still run
+// (attemptPatience after a's creation) and a is open, only the first
+// attempt moves the pointer to a (so its order is the real one); a
+// re-send that finds the pointer not yet a's cancels nothing and answers
+// ErrUnavailable, and the client's next re-send finds out.
+func Supersede(ctx context.Context, st *store.Store, a *action.Action, requestID string, resent bool, clock func() time.Time) ([]string, error) {
+	now := clock()
+	settling := resent && !a.Finished() && now.Sub(a.CreatedAt) < attemptPatience
+	replaced, superseded, err := st.MoveSupersedePointer(ctx, a, resent, settling)
 	write := action.Write{RequestID: requestID}
-	cancel := func(id string) ([]string, error) {
-		return cancelEach(ctx, st, []*action.Action{{ID: id}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: write, Now: now})
-	}
 	switch {
 	case err != nil:
 		return nil, err
+	case superseded && settling:
+		return nil, fmt.Errorf("%w: a superseding create's first attempt may still be settling its pointer", store.ErrUnavailable)
 	case superseded: // a later superseding create holds the pointer: a is superseded
-		return cancel(a.ID)
+		return cancelEach(ctx, st, []*action.Action{{ID: a.ID}}, CancelAll{Tenant: a.Tenant, Reason: ReasonSuperseded, Write: write, Now: now, Clock: clock})
 	}
-	var canceled []string
-	if replaced != "" {
-		if canceled, err = cancel(replaced); err != nil {
-			return canceled, err
-		}
-	}
-	more, err := CancelUser(ctx, st, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, ExactKind: true, Reason: ReasonSuperseded,
-		Write: write, Now: now, Except: a})
-	for _, id := range more {
-		if !slices.Contains(canceled, id) {
-			canceled = append(canceled, id)
-		}
-	}
-	slices.Sort(canceled)
-	return canceled, err
+	return CancelUser(ctx, st, CancelAll{Tenant: a.Tenant, UserID: a.UserID, Kind: a.Kind, ExactKind: true, Reason: ReasonSuperseded,
+		Write: write, Now: now, Clock: clock, Except: a, Also: replaced})
 }
+
+// attemptPatience bounds how long a create's first attempt may still be
+// running: an API function lives at most its timeout (10 s).
+const attemptPatience = 30 * time.Second
 
 // ReasonSuperseded is the cancelReason of an action a newer one superseded.
 const ReasonSuperseded = "superseded"

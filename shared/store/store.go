@@ -345,6 +345,10 @@ type Cancel struct {
 	Write        action.Write
 	Fingerprints []string // the request's under every known key set
 	Now          time.Time
+	// NoCount: the caller needs only whether the action was canceled (a
+	// cancel-all or a supersede), so a multi-use action's uses held are not
+	// counted (a read of each of its gates).
+	NoCount bool
 }
 
 // Cancel marks an open action canceled with one conditional write.
@@ -381,7 +385,7 @@ func (st *Store) Cancel(ctx context.Context, id string, c Cancel) (*action.Actio
 	if old != nil {
 		return nil, action.ClassifyCancel(old, action.Attempt{Now: now, Key: c.Write.Key, Fingerprints: c.Fingerprints, RequestID: c.Write.RequestID})
 	}
-	if written.MultiUse() {
+	if written.MultiUse() && !c.NoCount {
 		if err := st.countHeld(ctx, []*action.Action{written}, nil, now); err != nil {
 			return nil, err
 		}

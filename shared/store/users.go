@@ -128,7 +128,7 @@ func (st *Store) ListUser(ctx context.Context, l List) (*Page, error) {
 		if err != nil {
 			return nil, err
 		}
-		items, err := st.batchGet(ctx, refs)
+		items, err := st.batchGet(ctx, refs, true)
 		if err != nil {
 			return nil, err
 		}
@@ -219,9 +219,9 @@ var listed = []string{attrUserID, attrKind, attrSupersedes, attrActiveAtMs, attr
 	attrMaxUses, attrReleasable, legacyUsesHeld}
 
 // batchGet reads the items of refs with strongly consistent reads, 100 per
-// BatchGetItem, in refs' order (nil where an item is gone), and counts the
-// uses the multi-use ones hold (from their gates).
-func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Action, error) {
+// BatchGetItem, in refs' order (nil where an item is gone), and, with
+// count, counts the uses the multi-use ones hold (from their gates).
+func (st *Store) batchGet(ctx context.Context, refs []position, count bool) ([]*action.Action, error) {
 	keys := make([]string, len(refs))
 	for i, r := range refs {
 		keys[i] = r.Key
@@ -240,6 +240,9 @@ func (st *Store) batchGet(ctx context.Context, refs []position) ([]*action.Actio
 			return nil, err
 		}
 		legacy[items[i]] = isLegacy(it)
+	}
+	if !count {
+		return items, nil
 	}
 	if err := st.countHeld(ctx, items, func(a *action.Action) bool { return legacy[a] }, time.Now()); err != nil {
 		return nil, err
@@ -289,8 +292,10 @@ func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w actio
 		}
 		return false, action.Reject(action.CodeKeyReused, nil)
 	}
+	// A record this very request wrote (the SDK re-sent the write after
+	// its answer was lost) is the call's first answer, not a replay.
 	d := dynamoitem.Decoder{Item: old}
-	return old != nil && d.Num(attrTTL) > now.Unix(), nil
+	return old != nil && d.Num(attrTTL) > now.Unix() && (w.RequestID == "" || d.Str(attrCancelReq) != w.RequestID), nil
 }
 
 // supersedePointer is the item that names the latest superseding action of
@@ -304,7 +309,8 @@ func supersedePointer(a *action.Action) string {
 // UserActions reads every action of a user (nil entries for items gone
 // since the index listed them), newest first; notAfter, when set, leaves
 // out those created after it. Costs: a Query per 100 actions of the user
-// (the index is eventually consistent) and a BatchGetItem per 100.
+// (the index is eventually consistent) and a BatchGetItem per 100. The
+// uses multi-use actions hold are not counted (no caller needs them).
 func (st *Store) UserActions(ctx context.Context, tenantName, userID string, notAfter time.Time) ([]*action.Action, error) {
 	var bound *position
 	if !notAfter.IsZero() {
@@ -313,11 +319,18 @@ func (st *Store) UserActions(ctx context.Context, tenantName, userID string, not
 	var all []*action.Action
 	var start *position
 	for {
-		refs, next, err := st.userRefs(ctx, tenantName, userID, start, bound, MaxListLimit)
+		// One entry more than a batch: a Query that returns exactly
+		// MaxListLimit entries also returns a LastEvaluatedKey, and the
+		// next Query would find nothing. With one more, that next Query is
+		// sent only when there is something after the batch.
+		refs, next, err := st.userRefs(ctx, tenantName, userID, start, bound, MaxListLimit+1)
 		if err != nil {
 			return nil, err
 		}
-		items, err := st.batchGet(ctx, refs)
+		if len(refs) > MaxListLimit {
+			refs, next = refs[:MaxListLimit], &refs[MaxListLimit-1]
+		}
+		items, err := st.batchGet(ctx, refs, false)
 		if err != nil {
 			return nil, err
 		}
@@ -342,8 +355,10 @@ func (st *Store) UserActions(ctx context.Context, tenantName, userID string, not
 // pointer writes is the real order of the two calls, as far as one had
 // ended before the other began. A re-sent create takes it back only from a
 // holder created more than that before it: a holder closer in time may be
-// a newer create that superseded it.
-func (st *Store) MoveSupersedePointer(ctx context.Context, a *action.Action, replayed bool) (replaced string, superseded bool, err error) {
+// a newer create that superseded it. With onlyMine (a re-send while a's
+// first attempt may still run) the write passes only when the pointer
+// already names a: otherwise superseded is true and nothing is written.
+func (st *Store) MoveSupersedePointer(ctx context.Context, a *action.Action, replayed, onlyMine bool) (replaced string, superseded bool, err error) {
 	pk := tenant.ItemKey(a.Tenant, a.ID)
 	latestKey, latestMs := expression.Name("latestKey"), expression.Name("latestMs")
 	u := set(expression.UpdateBuilder{}, "latestKey", s(pk))
@@ -363,6 +378,11 @@ func (st *Store) MoveSupersedePointer(ctx context.Context, a *action.Action, rep
 	cond := expression.Or(expression.AttributeNotExists(latestKey),
 		latestKey.Equal(expression.Value(s(pk))),
 		latestMs.LessThan(expression.Value(n(floor.UnixMilli()))))
+	if onlyMine {
+		// a's first attempt may still be on its way to this write: only
+		// it moves the pointer to a, once, so its order is the real one.
+		cond = latestKey.Equal(expression.Value(s(pk)))
+	}
 	prev, _, failed, err := st.exprWrite(ctx, supersedePointer(a), u, &cond, types.ReturnValueAllOld)
 	if err != nil || failed {
 		return "", failed, err
