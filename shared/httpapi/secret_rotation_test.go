@@ -182,22 +182,7 @@ func TestRightPINKeyedRetryOnRetiredSecretIs503(t *testing.T) {
 // new function.
 func TestHostedKeysAcrossRotation(t *testing.T) {
 	t.Parallel()
-	const (
-		a = "rotation-secret-A-0123456789abcdefghijklmnop"
-		b = "rotation-secret-B-0123456789abcdefghijklmnop"
-	)
-	var mu sync.Mutex
-	oldSecret := a
-	oldEnv := testkit.NewEnv(t, func(o *server.Options) {
-		o.Secret = ""
-		o.SecretSource = func(context.Context) (string, error) { mu.Lock(); defer mu.Unlock(); return oldSecret, nil }
-	})
-	newEnv := testkit.NewEnv(t, func(o *server.Options) {
-		o.Secret = ""
-		o.SecretSource = func(context.Context) (string, error) {
-			return `{"current":"` + b + `","previous":["` + a + `"],"ids":"` + a + `"}`, nil
-		}
-	})
+	oldEnv, newEnv, setOld := rotationPair(t)
 
 	toNew := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`)
 	if r := do(t, newEnv, "POST", "/keys/k-new/complete", `{"token":"`+toNew.Str("token")+`","response":{"sealed":"B"}}`); r.Status != 200 {
@@ -206,9 +191,7 @@ func TestHostedKeysAcrossRotation(t *testing.T) {
 	if r := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`); r.Status != 503 {
 		t.Fatalf("the old function replayed what it cannot open: %d %s", r.Status, r.Raw)
 	}
-	mu.Lock()
-	oldSecret = `{"current":"` + a + `","previous":["` + b + `"],"ids":"` + a + `"}`
-	mu.Unlock()
+	setOld(`{"current":"` + rotA + `","previous":["` + rotB + `"],"ids":"` + rotA + `"}`)
 	time.Sleep(1100 * time.Millisecond) // the reload's MinGap since the 503's
 	if r := claim(t, oldEnv, "k-new", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"sealed":"B"}`) {
 		t.Fatalf("the old function after learning B: %d %s", r.Status, r.Raw)
