@@ -88,9 +88,10 @@ func FingerprintKeyID(fp string) string {
 	return ""
 }
 
-// comparable reports an error when the stored fingerprint is under a key
-// set none of the request's fingerprints is: the two cannot be compared.
-func comparable(stored string, fps []string) error {
+// Comparable reports an *UnknownKeyError when the stored fingerprint is
+// under a key set none of the request's fingerprints is: the two cannot be
+// compared, so nothing may be judged against the stored one.
+func Comparable(stored string, fps []string) error {
 	kid := FingerprintKeyID(stored)
 	if kid == "" || len(fps) == 0 {
 		return nil
@@ -114,7 +115,7 @@ func idempotency(w Write, at Attempt) (replay, reused bool, err error) {
 	sameReq := at.RequestID != "" && w.RequestID == at.RequestID
 	sameKey := at.Key != "" && w.Key == at.Key
 	if !same && (sameReq || sameKey) {
-		if err := comparable(w.Fingerprint, at.Fingerprints); err != nil {
+		if err := Comparable(w.Fingerprint, at.Fingerprints); err != nil {
 			return false, false, err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -110,8 +109,8 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			v.Token = c.keys.KeyToken(name, replay.Key.Token)
 			return respond(http.StatusCreated, v, map[string]string{HeaderReplayed: "true"}), nil
 		case err != nil:
-			if kid := heldUnderUnknownKey(err, r, c.requestID); kid != "" {
-				return fail(&action.UnknownKeyError{KeyID: kid})
+			if unknown := heldUnderUnknownKey(err, r, c.requestID); unknown != nil {
+				return fail(unknown)
 			}
 			return fail(err)
 		}
@@ -122,25 +121,21 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 	})
 }
 
-// heldUnderUnknownKey is the key set of the held claim's fingerprint when
-// a claim refused in_progress may be that very call (the same
-// Idempotency-Key or request id) but its body cannot be compared: the
-// holder's fingerprint is under a key set the request has none under (a
-// function rotated first, or a secret retired). "" otherwise.
-func heldUnderUnknownKey(err error, r *request, requestID string) string {
+// heldUnderUnknownKey is an *action.UnknownKeyError when a claim refused
+// in_progress may be that very call (the same Idempotency-Key or request
+// id) but its body cannot be compared: the holder's fingerprint is under a
+// key set the request has none under (a function rotated first, or a
+// secret retired). nil otherwise.
+func heldUnderUnknownKey(err error, r *request, requestID string) error {
 	var rej *idempotency.Rejection
 	if !errors.As(err, &rej) || rej.Code != idempotency.CodeInProgress || rej.Key == nil {
-		return ""
+		return nil
 	}
 	held := rej.Key.Claim
 	if !(r.key != "" && held.Key == r.key || held.RequestID != "" && held.RequestID == requestID) {
-		return ""
+		return nil
 	}
-	kid := action.FingerprintKeyID(held.Fingerprint)
-	if kid == "" || slices.ContainsFunc(r.fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
-		return ""
-	}
-	return kid
+	return action.Comparable(held.Fingerprint, r.fingerprints)
 }
 
 // Complete handles POST /keys/{key}/complete: the holder stores the response

@@ -88,8 +88,8 @@ func Consume(ctx context.Context, st *store.Store, id string, c ConsumeRequest) 
 		if old.KeyID != "" && !slices.Contains(c.KeyIDs, old.KeyID) {
 			return nil, &action.UnknownKeyError{KeyID: old.KeyID}
 		}
-		if kid := action.FingerprintKeyID(try.Fingerprint); kid != "" && !slices.ContainsFunc(c.Fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
-			return nil, &action.UnknownKeyError{KeyID: kid}
+		if err := action.Comparable(try.Fingerprint, c.Fingerprints); err != nil {
+			return nil, err
 		}
 		if !slices.Contains(c.Fingerprints, try.Fingerprint) {
 			// The key's first request held a PIN too: comparing with it is a guess.

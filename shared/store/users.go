@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -286,9 +285,8 @@ func (st *Store) RecordCancelAll(ctx context.Context, tenantName string, w actio
 		// function rotated first, or a secret retired) is not another body:
 		// nothing is judged against it (the API learns the key, or 503).
 		stored := dynamoitem.Decoder{Item: refused}
-		if kid := action.FingerprintKeyID(stored.Str(attrCancelFP)); kid != "" &&
-			!slices.ContainsFunc(fingerprints, func(f string) bool { return action.FingerprintKeyID(f) == kid }) {
-			return false, &action.UnknownKeyError{KeyID: kid}
+		if err := action.Comparable(stored.Str(attrCancelFP), fingerprints); err != nil {
+			return false, err
 		}
 		return false, action.Reject(action.CodeKeyReused, nil)
 	}
