@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -87,13 +88,25 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r2
 	}
 	// A route is a method and a path: net/http lets "GET /path" serve HEAD
-	// too, an HTTP API does not.
+	// too, an HTTP API does not; and net/http redirects a path with an empty
+	// or dot segment (//actions, /a/../b) to its clean form, where an HTTP
+	// API routes the path as sent: no route has such a path.
 	_, pattern := m.mux.Handler(r)
-	if method, _, hasMethod := strings.Cut(pattern, " "); pattern == "" || hasMethod && method != r.Method {
+	if method, _, hasMethod := strings.Cut(pattern, " "); pattern == "" || hasMethod && method != r.Method || !cleanPath(r.URL.Path) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
 		return
 	}
 	m.mux.ServeHTTP(w, r)
+}
+
+// cleanPath reports whether p has no empty, "." or ".." segment (a
+// trailing '/' aside), as net/http's ServeMux would route it unredirected.
+func cleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // DecodedPath is the path an HTTP API routes on and gives the function:

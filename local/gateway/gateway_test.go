@@ -153,3 +153,34 @@ func TestJWTClaimsAsAPIGatewayGivesThem(t *testing.T) {
 		}
 	}
 }
+
+// TestNonCanonicalPathIs404: a path not listed is 404 {"message":"Not
+// Found"}, as API Gateway answers it (docs/http-api.md: "make run answers
+// the same"). The local gateway answered one with an empty or dot segment
+// (//actions, /actions/s1//consume, /actions/x/../s1/consume) with
+// net/http's 307 to the cleaned path, and a client that follows redirects
+// re-sent the POST there: it landed on /actions/s1/consume.
+func TestNonCanonicalPathIs404(t *testing.T) {
+	m := New()
+	ok := func(_ context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: "routed"}, nil
+	}
+	m.Route("POST /actions/{actionId}/consume", ok)
+	m.Route("POST /actions", ok)
+	for _, p := range []string{"//actions", "/actions/", "/actions/s1//consume", "/actions/./s1/consume",
+		"/actions/x/../s1/consume", "/actions/x/%2E%2E/s1/consume"} {
+		req := httptest.NewRequest("POST", "http://h"+p, strings.NewReader("{}"))
+		req.RequestURI = p
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, req)
+		if w.Code != 404 || !strings.Contains(w.Body.String(), `"Not Found"`) {
+			t.Errorf("POST %s: %d %q Location %q, want 404 Not Found", p, w.Code, w.Body.String(), w.Header().Get("Location"))
+		}
+	}
+	req := httptest.NewRequest("POST", "http://h/actions/s1/consume", strings.NewReader("{}"))
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, req)
+	if w.Code != 200 {
+		t.Errorf("the canonical path: %d %q", w.Code, w.Body.String())
+	}
+}

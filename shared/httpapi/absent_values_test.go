@@ -2,8 +2,9 @@ package httpapi_test
 
 // One rule for values that say nothing (issue 30 item 3): a query
 // parameter or a body member is absent or holds a value it takes. Sent
-// empty (a query parameter, or a cancel-all's kind) or null (a body
-// member), it is 400 naming it, and nothing is read or written.
+// empty (a query parameter, a cancel-all's kind, a create's or consume's
+// member that takes 1 character or more) or null (a body member), it is
+// 400 naming it, and nothing is read or written.
 
 import (
 	"encoding/base64"
@@ -56,6 +57,36 @@ func TestCancelAllEmptyKind(t *testing.T) {
 		if g := do(t, env, "GET", "/actions/"+id, ""); g.Str("state") != "active" {
 			t.Errorf("%s after a refused cancel-all: %s", id, g.Raw)
 		}
+	}
+}
+
+// TestEmptyStringMember: "" for a create's actionId, kind, activeAt,
+// expiresAt or pin, or a consume's useId, was taken as absent and written:
+// "pin":"" made an action anyone can consume without a PIN (201,
+// pinProtected false), and {"useId":""} consumed a single-use action. None
+// of them takes "" (api/openapi.yaml: 1 character or more, a date-time, a
+// PIN of 4 to 32): it is 400 naming the member, nothing written. A
+// consume's "pin":"" stays "no PIN", as documented.
+func TestEmptyStringMember(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"single","userId":"eu"}`)
+	for _, c := range []struct{ path, body, field string }{
+		{"/actions", `{"userId":"eu","pin":""}`, "pin"},
+		{"/actions", `{"userId":"eu","pin":"","payload":"secret"}`, "pin"},
+		{"/actions", `{"actionId":"","userId":"eu"}`, "actionId"},
+		{"/actions", `{"userId":"eu","kind":""}`, "kind"},
+		{"/actions", `{"userId":"eu","activeAt":""}`, "activeAt"},
+		{"/actions", `{"userId":"eu","expiresAt":""}`, "expiresAt"},
+		{"/actions/single/consume", `{"useId":""}`, "useId"},
+	} {
+		refused(t, env, c.path+" "+c.body, do(t, env, "POST", c.path, c.body), c.field)
+	}
+	if g := do(t, env, "GET", "/actions/single", ""); g.Str("state") != "active" {
+		t.Errorf("single after a refused consume: %s", g.Raw)
+	}
+	if r := do(t, env, "POST", "/actions/single/consume", `{"pin":""}`); r.Status != 200 {
+		t.Errorf(`a consume's "pin":"" is no PIN: %d %s`, r.Status, r.Raw)
 	}
 }
 

@@ -78,6 +78,9 @@ func (a *API) Create(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		if err != nil {
 			return fail(err)
 		}
+		if err := r.noEmpty("actionId", "kind", "activeAt", "expiresAt", "pin"); err != nil {
+			return fail(err)
+		}
 		if req.Supersede {
 			// It cancels the user's earlier actions of the kind: a JWT caller
 			// needs the cancel routes' scope too.
@@ -201,6 +204,9 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		var req action.ConsumeRequest
 		r, err := readRequest(&ev, c.keys, true, MaxBodyBytes, &req)
 		if err != nil {
+			return fail(err)
+		}
+		if err := r.noEmpty("useId"); err != nil { // a consume's "pin":"" is no PIN (documented)
 			return fail(err)
 		}
 		if err := action.ValidateConsume(&req); err != nil {

@@ -315,23 +315,38 @@ func TestBadInputWritesNothing(t *testing.T) {
 }
 
 // TestDependencyFault: with DynamoDB unreachable every route answers 503 with
-// Retry-After and a body that names no internals.
+// Retry-After and a body that names no internals, with and without a key.
 func TestDependencyFault(t *testing.T) {
 	t.Parallel()
 	dead := testkit.NewDeadEnv(t)
+	tok := strings.Repeat("0", 32)
 	for _, tt := range []struct{ method, path, body string }{
 		{"POST", "/actions", `{"userId":"u"}`},
+		{"POST", "/actions", `{"userId":"u","supersede":true,"kind":"x"}`},
 		{"GET", "/actions/a", ``},
 		{"POST", "/actions/a/consume", ``},
+		{"POST", "/actions/a/consume", `{"useId":"x"}`},
+		{"POST", "/actions/a/consume", `{"pin":"1234"}`},
 		{"POST", "/actions/a/cancel", ``},
+		{"GET", "/actions/a/uses", ``},
+		{"GET", "/actions/a/uses?cursor=MC54", ``},
+		{"POST", "/actions/a/uses/u/release", ``},
+		{"GET", "/users/u/actions", ``},
+		{"POST", "/users/u/actions/cancel", `{"kind":"k"}`},
+		{"POST", "/keys/k/claim", `{"fingerprint":"f"}`},
+		{"POST", "/keys/k/complete", `{"token":"` + tok + `","response":1}`},
+		{"POST", "/keys/k/release", `{"token":"` + tok + `"}`},
+		{"GET", "/keys/k", ``},
 	} {
-		r := testkit.Do(t, client, tt.method, dead.URL+tt.path, tt.body)
-		if r.Status != 503 || r.Str("error") != "unavailable" || r.Header.Get("Retry-After") == "" {
-			t.Fatalf("%s %s: %d %s", tt.method, tt.path, r.Status, r.Raw)
-		}
-		for _, leak := range []string{"dial", "127.0.0.1", "dynamodb", "operation error", "connect"} {
-			if strings.Contains(strings.ToLower(r.Raw), leak) {
-				t.Fatalf("body leaks %q: %s", leak, r.Raw)
+		for _, key := range [][]string{nil, {"Idempotency-Key", "ik"}} {
+			r := testkit.Do(t, client, tt.method, dead.URL+tt.path, tt.body, key...)
+			if r.Status != 503 || r.Str("error") != "unavailable" || r.Header.Get("Retry-After") == "" {
+				t.Errorf("%s %s %v: %d %s", tt.method, tt.path, key, r.Status, r.Raw)
+			}
+			for _, leak := range []string{"dial", "127.0.0.1", "dynamodb", "operation error", "connect", "table"} {
+				if strings.Contains(strings.ToLower(r.Raw), leak) {
+					t.Errorf("%s %s: body leaks %q: %s", tt.method, tt.path, leak, r.Raw)
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -83,7 +84,9 @@ func validateKeyToken(t string) error {
 	if len(t) != 32 {
 		return &action.InvalidError{Field: "token", Message: "must be the token a claim returned"}
 	}
-	if _, err := hex.DecodeString(t); err != nil {
+	// Lower-case hex, as a claim returns it (the Token schema): another
+	// spelling of it is no token the key holds.
+	if _, err := hex.DecodeString(t); err != nil || strings.ToLower(t) != t {
 		return &action.InvalidError{Field: "token", Message: "must be the token a claim returned"}
 	}
 	return nil

@@ -26,6 +26,11 @@ func TestKeyBodiesAreValidated(t *testing.T) {
 		{"complete no response", validateKeyComplete(&keyCompleteRequest{Token: idempotency.NewToken()}), "response"},
 		{"release ok", validateKeyRelease(&keyReleaseRequest{Token: idempotency.NewToken(), Error: "declined"}), ""},
 		{"release bad token", validateKeyRelease(&keyReleaseRequest{Token: "zz"}), "token"},
+		// The Token schema is lower-case hex: the token upper-cased (as some
+		// hex encoders write it) reached DynamoDB and was told lease_lost
+		// while its lease ran.
+		{"complete upper-case token", validateKeyComplete(&keyCompleteRequest{Token: strings.ToUpper(idempotency.NewToken()), Response: []byte("1")}), "token"},
+		{"release upper-case token", validateKeyRelease(&keyReleaseRequest{Token: strings.ToUpper(idempotency.NewToken())}), "token"},
 	} {
 		var inv *action.InvalidError
 		switch {

@@ -137,6 +137,23 @@ func (r *request) decode(v any) error {
 	return nil
 }
 
+// noEmpty refuses "" for each of names that the body holds: those members
+// take 1 character or more (api/openapi.yaml), and "" is no value of them,
+// not their absence (a create's "pin":"" is not an action without a PIN).
+// Leave a member out for its default.
+func (r *request) noEmpty(names ...string) error {
+	var members map[string]jsontext.Value
+	if err := json.Unmarshal(r.canon, &members); err != nil {
+		return &action.InvalidError{Field: "body", Message: "must be a JSON object"}
+	}
+	for _, name := range names {
+		if v, ok := members[name]; ok && string(v) == `""` {
+			return &action.InvalidError{Field: name, Message: "must not be empty: leave it out for the default"}
+		}
+	}
+	return nil
+}
+
 // errNull marks a null where a member takes no null.
 var errNull = errors.New("null")
 

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -251,5 +252,87 @@ func TestDerivedIDsDifferAcrossTenants(t *testing.T) {
 	}
 	if a.Str("actionId") == b.Str("actionId") {
 		t.Fatalf("tenant beta derives tenant alpha's action id from the key alone: %s", a.Str("actionId"))
+	}
+}
+
+// TestTenantIsolationOnUseAndUserRoutes: the use and user routes, as
+// TestTenantIsolation the action and key routes. Another tenant's
+// multi-use action answers and costs exactly as one that never existed,
+// with and without a key; another tenant's user lists, cancels and
+// supersedes nothing of it; a cancel-all key is the tenant's own; a cursor
+// from another tenant's listing lists nothing.
+func TestTenantIsolationOnUseAndUserRoutes(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t, withTenants)
+	for _, b := range []string{
+		`{"actionId":"l1","userId":"victim","kind":"login"}`,
+		`{"actionId":"l2","userId":"victim","kind":"login"}`,
+		`{"actionId":"mu","userId":"victim","maxUses":3,"releasable":true}`,
+	} {
+		if r := as(t, env, alpha, "POST", "/actions", b); r.Status != 201 {
+			t.Fatal(r.Raw)
+		}
+	}
+	if r := as(t, env, alpha, "POST", "/actions/mu/consume", `{"useId":"laptop"}`); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	env.Counter.Take()
+	norm := func(r *testkit.Response, id string) string {
+		return fmt.Sprint(r.Status) + requestIDField.ReplaceAllString(strings.ReplaceAll(r.Raw, id, "ID"), "")
+	}
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/actions/%s/uses", ""},
+		{"GET", "/actions/%s/uses?limit=1", ""},
+		{"GET", "/actions/%s/uses?cursor=" + "MC5sYXB0b3A", ""},
+		{"GET", "/actions/%s/uses?cursor=bad!", ""},
+		{"POST", "/actions/%s/uses/laptop/release", ""},
+		{"POST", "/actions/%s/uses/laptop/release", "{}"},
+		{"POST", "/actions/%s/consume", `{"useId":"laptop"}`},
+		{"POST", "/actions/%s/consume", `{"useId":"phone"}`},
+		{"POST", "/actions/%s/consume", ``},
+		{"POST", "/actions/%s/cancel", ``},
+	} {
+		for _, h := range [][]string{nil, {"Idempotency-Key", "x-" + tc.path + tc.body}} {
+			theirs := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "mu", 1), tc.body, h...)
+			c1 := env.Counter.Take()
+			nobody := as(t, env, beta, tc.method, strings.Replace(tc.path, "%s", "never1", 1), tc.body, h...)
+			c2 := env.Counter.Take()
+			if norm(theirs, "mu") != norm(nobody, "never1") || fmt.Sprint(c1) != fmt.Sprint(c2) {
+				t.Errorf("%s %s %v: theirs %d %s %v; never-existed %d %s %v", tc.method, tc.path, h, theirs.Status, theirs.Raw, c1, nobody.Status, nobody.Raw, c2)
+			}
+		}
+	}
+	// user routes
+	if r := as(t, env, beta, "GET", "/users/victim/actions", ""); r.Status != 200 || len(ids(r)) != 0 {
+		t.Errorf("beta lists alpha's victim: %s", r.Raw)
+	}
+	if r := as(t, env, beta, "POST", "/users/victim/actions/cancel", `{"kind":"login"}`, "Idempotency-Key", "ca-1"); r.Status != 200 || r.Body["canceled"] != 0.0 {
+		t.Errorf("beta cancel-all alpha's victim: %s", r.Raw)
+	}
+	if r := as(t, env, alpha, "POST", "/users/victim/actions/cancel", `{"kind":"nothing"}`, "Idempotency-Key", "ca-2"); r.Status != 200 {
+		t.Errorf("alpha cancel-all: %s", r.Raw)
+	}
+	// the same key in beta with another body: beta's own call, not 422
+	if r := as(t, env, beta, "POST", "/users/victim/actions/cancel", `{"kind":"other"}`, "Idempotency-Key", "ca-2"); r.Status != 200 {
+		t.Errorf("beta reuses alpha's cancel-all key: %d %s", r.Status, r.Raw)
+	}
+	if r := as(t, env, beta, "POST", "/actions", `{"actionId":"b1","userId":"victim","kind":"login","supersede":true}`); r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
+	for _, id := range []string{"l1", "l2", "mu"} {
+		if g := as(t, env, alpha, "GET", "/actions/"+id, ""); g.Str("state") != "active" {
+			t.Errorf("alpha's %s after beta's calls: %s", id, g.Raw)
+		}
+	}
+	if r := as(t, env, alpha, "GET", "/actions/mu/uses", ""); !strings.Contains(r.Raw, "laptop") {
+		t.Errorf("alpha's use gone: %s", r.Raw)
+	}
+	// alpha's cursor lists nothing for beta
+	c := as(t, env, alpha, "GET", "/users/victim/actions?limit=1", "").Str("cursor")
+	if c == "" {
+		t.Fatal("alpha's first page of three has no cursor")
+	}
+	if r := as(t, env, beta, "GET", "/users/victim/actions?cursor="+c, ""); r.Status == 200 && len(ids(r)) > 0 {
+		t.Errorf("beta with alpha's cursor lists: %s", r.Raw)
 	}
 }

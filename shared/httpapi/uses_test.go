@@ -152,7 +152,7 @@ func TestUsesLicence(t *testing.T) {
 		`{"userId":"u","maxUses":3,"releasable":"yes"}`:       "releasable",
 		`{"actionId":"x1","userId":"u","maxUses":3.5}`:        "maxUses",
 		`{"actionId":"x2","userId":"u","maxUses":-1}`:         "maxUses",
-		`{"actionId":"x3","userId":"u","maxUses":2,"pin":""}`: "",
+		`{"actionId":"x3","userId":"u","maxUses":2,"pin":""}`: "pin", // "" is no value of pin (4 to 32 characters), not its absence
 	} {
 		r := do(t, env, "POST", "/actions", body)
 		if field == "" {
