@@ -28,7 +28,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/idempotency"
 	"github.com/exactonce/exactonce/idempotency/dynamostore"
@@ -92,6 +94,10 @@ const eventFingerprint = "event"
 // ErrLeaseLost, or a DynamoDB error otherwise. A panic in fn releases the
 // claim and panics on.
 func (g *Guard) Do(ctx context.Context, eventID string, fn func(context.Context) error) (ran bool, err error) {
+	return g.do(ctx, eventID, fn, false)
+}
+
+func (g *Guard) do(ctx context.Context, eventID string, fn func(context.Context) error, again bool) (ran bool, err error) {
 	if eventID == "" {
 		return false, errors.New("once: empty event id")
 	}
@@ -104,13 +110,67 @@ func (g *Guard) Do(ctx context.Context, eventID string, fn func(context.Context)
 		}
 		return []byte("true"), nil
 	})
-	if errors.Is(err, idempotency.ErrPayloadMismatch) {
-		// Only a claim written before this package ran on the library (it
-		// has no fingerprint; state "done" or "running") meets this: count
-		// it handled rather than redeliver the event until its TTL.
-		return false, nil
+	if !errors.Is(err, idempotency.ErrPayloadMismatch) {
+		return ran, err
 	}
-	return ran, err
+	// Only a claim the package wrote before it ran on the library (no
+	// fingerprint; state "done" or "running") meets this.
+	if again { // freed, then met again: leave it to a later delivery
+		return false, ErrInProgress
+	}
+	switch old, err := g.freeLapsedLegacy(ctx, eventID); {
+	case err != nil:
+		return false, err
+	case old == legacyFreed:
+		return g.do(ctx, eventID, fn, true)
+	case old == legacyRunning:
+		return false, ErrInProgress
+	}
+	return false, nil // done
+}
+
+// What freeLapsedLegacy found.
+const (
+	legacyDone    = iota // handled
+	legacyRunning        // its holder's lease runs
+	legacyFreed          // its lease had lapsed (the holder died): freed for a claim
+)
+
+// freeLapsedLegacy frees a claim the package wrote before it ran on the
+// library, if it is "running" with its lease (leaseUntilMs) lapsed, as a
+// release leaves a key, with one conditional write; a refused write's old
+// item says whether it is done or still its holder's.
+func (g *Guard) freeLapsedLegacy(ctx context.Context, eventID string) (int, error) {
+	state, lease, token := expression.Name("state"), expression.Name("leaseUntilMs"), expression.Name("token")
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(state.Equal(expression.Value("running")), lease.LessThan(expression.Value(g.now().UnixMilli())),
+			expression.AttributeNotExists(expression.Name("fingerprint")), expression.AttributeExists(token))).
+		WithUpdate(expression.Set(expression.Name("releasedToken"), token).
+			Remove(token).Remove(state).Remove(lease)).
+		Build()
+	if err != nil {
+		return 0, err
+	}
+	_, err = g.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &g.Table,
+		Key:                 map[string]types.AttributeValue{PartitionKey: &types.AttributeValueMemberS{Value: eventID}},
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
+	var refused *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return legacyFreed, nil
+	case !errors.As(err, &refused):
+		return 0, err
+	}
+	old := refused.Item
+	if _, ok := old["fingerprint"]; ok { // another delivery freed and claimed it since
+		return legacyFreed, nil
+	}
+	if s, _ := old["state"].(*types.AttributeValueMemberS); s != nil && s.Value == "running" {
+		return legacyRunning, nil
+	}
+	return legacyDone, nil
 }
 
 func (g *Guard) lease(ctx context.Context, now time.Time) time.Duration {

@@ -19,12 +19,15 @@ import (
 
 // newGuard makes a claims table for the test on DynamoDB Local, with a
 // request counter on the real SDK client.
+var tables atomic.Int64
+
 func newGuard(t *testing.T) (*once.Guard, *counter, *dynamodb.Client) {
 	t.Helper()
 	needDynamoDB(t)
 	requests := &counter{next: httpClient(), ops: map[string]int{}}
 	db := dynamodb.NewFromConfig(localConfig(requests))
-	table := "once-" + strings.ReplaceAll(t.Name(), "/", "-")
+	// A table a run: -count=N runs a test again in this process.
+	table := "once-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(tables.Add(1), 10)
 	if err := once.CreateTable(context.Background(), db, table); err != nil {
 		t.Fatal(err)
 	}
@@ -310,5 +313,56 @@ func TestLegacyClaimCountsHandled(t *testing.T) {
 	}
 	if ran, err := g.Do(context.Background(), "old", func(context.Context) error { t.Error("ran"); return nil }); ran || err != nil {
 		t.Fatalf("legacy done claim: ran=%v err=%v", ran, err)
+	}
+}
+
+// TestLegacyLapsedClaimRunsAgain: a claim the previous version of this
+// package wrote for a delivery whose process then died (state "running",
+// its lease lapsed) must be taken over by the next delivery, as the
+// package promises ("a crash frees it when the lease lapses") and as the
+// previous version did. The handler must run once.
+func TestLegacyLapsedClaimRunsAgain(t *testing.T) {
+	g, _, db := newGuard(t)
+	now := time.Now()
+	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
+		"eventId":      &types.AttributeValueMemberS{Value: "crashed"},
+		"state":        &types.AttributeValueMemberS{Value: "running"},
+		"token":        &types.AttributeValueMemberS{Value: "old-holder"},
+		"leaseUntilMs": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(-time.Minute).UnixMilli(), 10)},
+		"ttl":          &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Hour).Unix(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	ran, err := g.Do(context.Background(), "crashed", func(context.Context) error { runs++; return nil })
+	if runs != 1 || !ran || err != nil {
+		t.Fatalf("a lapsed claim of a crashed holder (previous version): ran=%v err=%v runs=%d, want the handler run once", ran, err, runs)
+	}
+	if ran, err := g.Do(context.Background(), "crashed", func(context.Context) error { runs++; return nil }); ran || err != nil || runs != 1 {
+		t.Fatalf("the next delivery: ran=%v err=%v runs=%d, want it acknowledged", ran, err, runs)
+	}
+}
+
+// TestLegacyLiveClaimIsInProgress: a claim the previous version holds under
+// a live lease (a delivery still running there, mid-upgrade) is that
+// holder's: another delivery gets ErrInProgress (retry later), not an
+// acknowledgement: if the holder then dies, an acknowledged event is lost.
+func TestLegacyLiveClaimIsInProgress(t *testing.T) {
+	g, _, db := newGuard(t)
+	now := time.Now()
+	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
+		"eventId":      &types.AttributeValueMemberS{Value: "live"},
+		"state":        &types.AttributeValueMemberS{Value: "running"},
+		"token":        &types.AttributeValueMemberS{Value: "old-holder"},
+		"leaseUntilMs": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)},
+		"ttl":          &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Hour).Unix(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, err := g.Do(context.Background(), "live", func(context.Context) error { t.Error("ran under a live claim"); return nil })
+	if !errors.Is(err, once.ErrInProgress) {
+		t.Fatalf("a live claim of the previous version was acknowledged (ran=%v err=%v), want ErrInProgress", ran, err)
 	}
 }
