@@ -200,17 +200,22 @@ func TestHostedKeysStoredInClearStillWork(t *testing.T) {
 	}
 }
 
-// setAttr writes one attribute of an item as a table writer would.
+// setAttr writes one attribute of an item as a table writer would (v nil:
+// removes it).
 func setAttr(t *testing.T, env *testkit.Env, pk, attr string, v types.AttributeValue) {
 	t.Helper()
-	_, err := env.DB.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(env.Table),
-		Key:                       map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: pk}},
-		UpdateExpression:          aws.String("SET #a = :v"),
-		ExpressionAttributeNames:  map[string]string{"#a": attr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":v": v},
-	})
-	if err != nil {
+	in := &dynamodb.UpdateItemInput{
+		TableName:                aws.String(env.Table),
+		Key:                      map[string]types.AttributeValue{"actionId": &types.AttributeValueMemberS{Value: pk}},
+		UpdateExpression:         aws.String("SET #a = :v"),
+		ExpressionAttributeNames: map[string]string{"#a": attr},
+	}
+	if v == nil {
+		in.UpdateExpression = aws.String("REMOVE #a")
+	} else {
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":v": v}
+	}
+	if _, err := env.DB.UpdateItem(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
 }

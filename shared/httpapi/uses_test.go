@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
 	"github.com/exactonce/exactonce/local/faults"
@@ -516,6 +517,83 @@ func TestUserListShowsUseCounts(t *testing.T) {
 	for _, f := range []string{"maxUses", "releasable", "usesHeld", "usesRemaining"} {
 		if g.Body[f] == nil || it[f] != g.Body[f] {
 			t.Errorf("listed %s=%v, GET says %v; listed %s", f, it[f], g.Body[f], l.Raw)
+		}
+	}
+}
+
+// TestUnreadableGateIsNoFreeUse: a gate that cannot be read (its count
+// damaged: not a number, or gone) holds uses all the same. Every path that
+// takes, lists or cancels refuses to go on (500/503): none treats it as
+// free. GET must not either: it answered usesHeld 0 and usesRemaining =
+// maxUses for a gate holding every use, while takes are refused.
+func TestUnreadableGateIsNoFreeUse(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	for _, tc := range []struct {
+		id string
+		v  types.AttributeValue
+	}{
+		{"ug-str", &types.AttributeValueMemberS{Value: "two"}},
+		{"ug-gone", nil},
+	} {
+		create(t, env, `{"actionId":"`+tc.id+`","userId":"u","maxUses":2}`)
+		for _, u := range []string{"a", "b"} {
+			if r := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"`+u+`"}`); r.Status != 200 {
+				t.Fatal(r.Raw)
+			}
+		}
+		setAttr(t, env, "ug#0#"+tc.id, "h", tc.v)
+		take := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"c"}`)
+		g := do(t, env, "GET", "/actions/"+tc.id, "")
+		if take.Status == 200 {
+			t.Errorf("%s: a take into the unreadable full gate succeeded: %s", tc.id, take.Raw)
+		}
+		if g.Status == 200 && g.Body["usesRemaining"] != 0.0 {
+			t.Errorf("%s: GET shows %v uses remaining (usesHeld %v) on an action whose 2 uses are held and whose takes are refused (%d)",
+				tc.id, g.Body["usesRemaining"], g.Body["usesHeld"], take.Status)
+		}
+	}
+}
+
+// TestHeldUseAnswersAfterCancelOrExpiry: "a useId takes at most one use,
+// answered the same way forever after" (DESIGN.md); "sent again while it
+// holds it, it answers the same 200 as its first take (its usedAt)"
+// (docs/http-api.md). After a cancel (or expiresAt) the useId still holds
+// its use (GET .../uses lists it; a keyed re-send replays the 200, and so
+// did an instance whose cached action had not seen the cancel), but the
+// same take sent again without a key (the client lost the first answer)
+// answered 410. It answers its first 200; a useId holding no use is still
+// refused.
+func TestHeldUseAnswersAfterCancelOrExpiry(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	exp := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for _, tc := range []struct{ id, create string }{
+		{"hc-cancel", `{"actionId":"hc-cancel","userId":"u","maxUses":3,"payload":{"k":"C-1"}}`},
+		{"hc-cancel-rel", `{"actionId":"hc-cancel-rel","userId":"u","maxUses":3,"releasable":true,"payload":{"k":"C-2"}}`},
+		{"hc-expiry", `{"actionId":"hc-expiry","userId":"u","maxUses":3,"expiresAt":"` + exp + `","payload":{"k":"C-3"}}`},
+	} {
+		create(t, env, tc.create)
+		first := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"laptop"}`)
+		if first.Status != 200 {
+			t.Fatal(first.Raw)
+		}
+		if tc.id == "hc-expiry" {
+			env.Shift(2 * time.Hour)
+		} else if r := do(t, env, "POST", "/actions/"+tc.id+"/cancel", `{}`); r.Status != 200 {
+			t.Fatal(r.Raw)
+		}
+		list := do(t, env, "GET", "/actions/"+tc.id+"/uses", "")
+		again := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"laptop"}`)
+		env.Shift(0)
+		if again.Raw != first.Raw {
+			t.Errorf("%s: the useId still holds its use (listed: %s), sent again it answers %d %s; first %s",
+				tc.id, list.Raw, again.Status, again.Raw, first.Raw)
+		}
+		if tc.id != "hc-expiry" {
+			if r := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"phone"}`); r.Status != 410 || r.Str("error") != "canceled" {
+				t.Errorf("%s: a useId that holds no use, after the cancel: %d %s", tc.id, r.Status, r.Raw)
+			}
 		}
 	}
 }

@@ -444,9 +444,19 @@ func (st *Store) countHeld(ctx context.Context, as []*action.Action, legacy func
 		a := as[where[k].a]
 		d := dynamoitem.Decoder{Item: it}
 		if d.Num(gAction) != a.CreatedAt.UnixMilli() || d.Num(attrTTL) < now.Unix() {
+			if d.Err != nil {
+				return d.Err // a gate that does not decode tells nothing: not a free use
+			}
 			continue
 		}
-		a.UsesHeld += int(d.Num(gHeld))
+		if it[gHeld] == nil {
+			d.Fail(gHeld) // every gate of an action is written with its count
+		}
+		held := d.Num(gHeld)
+		if d.Err != nil {
+			return d.Err // its uses are held all the same: a count of 0 would show them free
+		}
+		a.UsesHeld += int(held)
 	}
 	return nil
 }

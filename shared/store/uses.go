@@ -298,7 +298,19 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	keyed := t.Write.Key != ""
 	closed := action.Closed(a, now)
 	if closed != nil && !keyed {
-		return nil, closed // from the item: nothing to write
+		// A useId that holds a use keeps answering as its first take, the
+		// action canceled or expired since (as a closed gate answers it):
+		// reads only; else the refusal, from the item: nothing to write.
+		if !isCode(closed, action.CodeNotActive) {
+			e, err := st.findUse(ctx, a, action.UseToken(t.UseID), now)
+			if err != nil {
+				return nil, err
+			}
+			if e != nil {
+				return &Taken{Action: a, UseID: t.UseID, UsedAt: e.At, Replayed: true}, nil
+			}
+		}
+		return nil, closed
 	}
 	t.Write = named(t.Write)
 	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
