@@ -240,7 +240,7 @@ func TestKeyTokenHoldsOnlyItsKey(t *testing.T) {
 	env.Counter.Take()
 
 	mustStatus(t, "A's token on B", do(t, env, "POST", "/keys/b/complete", `{"token":"`+a+`","response":1}`), 409, "lease_lost")
-	mustStatus(t, "upper-case", do(t, env, "POST", "/keys/a/complete", `{"token":"`+strings.ToUpper(a)+`","response":1}`), 409, "lease_lost")
+	mustStatus(t, "upper-case", do(t, env, "POST", "/keys/a/complete", `{"token":"`+strings.ToUpper(a)+`","response":1}`), 400, "invalid_request") // the Token schema: lower-case hex
 	mustStatus(t, "whitespace", do(t, env, "POST", "/keys/a/complete", `{"token":" `+a[:31]+`","response":1}`), 400, "invalid_request")
 	mustStatus(t, "trailing nl", do(t, env, "POST", "/keys/a/complete", `{"token":"`+a+`\n","response":1}`), 400, "invalid_request")
 	// What a table reader sees, in every shape.
