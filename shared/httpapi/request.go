@@ -193,7 +193,7 @@ func fieldError(err error) error {
 	var syn *jsontext.SyntacticError
 	switch {
 	case errors.As(err, &sem):
-		field := pointerField(sem.JSONPointer)
+		field, _ := pointerField(sem.JSONPointer)
 		if errors.Is(sem.Err, json.ErrUnknownName) {
 			return &action.InvalidError{Field: field, Message: "is not a known field"}
 		}
@@ -209,9 +209,11 @@ func fieldError(err error) error {
 		}
 		return &action.InvalidError{Field: field, Message: "must be " + want}
 	case errors.As(err, &syn):
-		field := pointerField(syn.JSONPointer)
+		field, inside := pointerField(syn.JSONPointer)
 		msg := "is not valid JSON"
 		switch {
+		case errors.Is(syn.Err, jsontext.ErrDuplicateName) && inside:
+			msg = "has a member that appears more than once"
 		case errors.Is(syn.Err, jsontext.ErrDuplicateName):
 			msg = "appears more than once"
 		case strings.Contains(syn.Err.Error(), "UTF-8"):
@@ -234,12 +236,20 @@ const (
 	maxFieldSegmentLen = 64
 )
 
+// secretMembers hold a value kept secret (a create's payload, a key's
+// response): the names of the members inside one are part of the secret.
+var secretMembers = map[string]bool{"payload": true, "response": true}
+
 // pointerField renders a JSON Pointer (/metadata/a) as a dotted field name,
 // bounded: at most maxFieldSegments segments of at most maxFieldSegmentLen
-// bytes each, a cut marked with "…".
-func pointerField(p jsontext.Pointer) string {
+// bytes each, a cut marked with "…". A pointer into a secret member names
+// that member alone, and inside says so.
+func pointerField(p jsontext.Pointer) (field string, inside bool) {
 	var parts []string
 	for tok := range p.Tokens() {
+		if len(parts) == 1 && secretMembers[parts[0]] {
+			return parts[0], true
+		}
 		if len(parts) == maxFieldSegments {
 			parts[len(parts)-1] = "…"
 			break
@@ -249,7 +259,7 @@ func pointerField(p jsontext.Pointer) string {
 		}
 		parts = append(parts, tok)
 	}
-	return strings.Join(parts, ".")
+	return strings.Join(parts, "."), false
 }
 
 func kindName(k string) string {

@@ -307,3 +307,30 @@ func TestSealedResponseReplaysOnlyOnItsKey(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorAnswersNameNoSecretMember: a 400 names the member at fault by
+// its path, but the member names inside a payload (or a key's response)
+// are part of that secret: the path stops at "payload" ("response"). It
+// named them (payload.<name>) for invalid UTF-8, a duplicate name and
+// nesting too deep. A duplicated payload member itself is still named.
+func TestErrorAnswersNameNoSecretMember(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	const secret = "CANARY-NAME-7f3"
+	tok := claim(t, env, "job", `{"fingerprint":"f"}`).Str("token")
+	deep := strings.Repeat(`[`, 10000) + strings.Repeat(`]`, 10000)
+	for _, c := range []struct{ path, body, field, message string }{
+		{"/actions", `{"userId":"u","payload":{"` + secret + `":"x` + "\xff" + `"}}`, "payload", "payload contains invalid UTF-8"},
+		{"/actions", `{"userId":"u","payload":{"` + secret + `":1,"` + secret + `":2}}`, "payload", "payload has a member that appears more than once"},
+		{"/actions", `{"userId":"u","payload":{"` + secret + `":` + deep + `}}`, "payload", "payload is nested too deeply"},
+		{"/actions", `{"userId":"u","payload":{"a":{"` + secret + `":"x` + "\xff" + `"}}}`, "payload", "payload contains invalid UTF-8"},
+		{"/actions", `{"userId":"u","payload":1,"payload":2}`, "payload", "payload appears more than once"},
+		{"/keys/job/complete", `{"token":"` + tok + `","response":{"` + secret + `":"x` + "\xff" + `"}}`, "response", "response contains invalid UTF-8"},
+		{"/keys/job/complete", `{"token":"` + tok + `","response":{"` + secret + `":1,"` + secret + `":2}}`, "response", "response has a member that appears more than once"},
+	} {
+		r := do(t, env, "POST", c.path, c.body)
+		if r.Status != 400 || r.Str("field") != c.field || r.Str("message") != c.message || strings.Contains(r.Raw, secret) {
+			t.Errorf("POST %s: %d %s, want 400 naming %s: %q", c.path, r.Status, strings.TrimSpace(r.Raw), c.field, c.message)
+		}
+	}
+}
