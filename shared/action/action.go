@@ -58,6 +58,11 @@ type Action struct {
 	MaxPINAttempts int
 	LockedAt       time.Time
 	PINTries       map[string]PINTry
+	// ConsumePINFailures is PINFailures as the consuming write left it
+	// (nil for an action consumed without a PIN, or before it was
+	// recorded): a replay of that consume answers with it, whatever was
+	// counted since (a reused key's comparison spends guesses after it).
+	ConsumePINFailures *int
 
 	// KeyID names the key set that hashed the PIN and sealed the payload
 	// ("" when the action has neither, or was written before key ids).

@@ -220,7 +220,7 @@ func (a *API) Consume(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (e
 		var replay *action.Replay
 		switch {
 		case errors.As(err, &replay):
-			act, headers, c.outcome = replay.Action, replayHeader(replay.Action.Consume, r), "replayed"
+			act, headers, c.outcome = asConsumed(replay.Action), replayHeader(replay.Action.Consume, r), "replayed"
 		case err != nil:
 			return fail(err)
 		default:

@@ -463,3 +463,96 @@ func TestReplayIsNotAPINOracle(t *testing.T) {
 	r = do(t, env, "POST", "/actions", `{"actionId":"rc","userId":"u","pin":"1357","maxPinAttempts":1}`, "Idempotency-Key", "cr-1")
 	expect(t, env, r, 423, "locked", update)
 }
+
+// TestRightPINReplayIsExact: docs/http-api.md, "What a keyed re-send is
+// answered with": "a success replays exactly (status, body, payload)". A
+// consume's 200 carries pinAttemptsRemaining; guesses counted on the action
+// after it consumed (a reused key: the consumer's own, or the create's) must
+// not change the replayed body. The replay answered the count as it is
+// now (2), not as the consume did (3).
+func TestRightPINReplayIsExact(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"rx","userId":"u","pin":"2468","maxPinAttempts":3,"payload":"secret-p"}`, "Idempotency-Key", "c-rx")
+	ok := do(t, env, "POST", "/actions/rx/consume", `{"pin":"2468"}`, "Idempotency-Key", "k-rx")
+	if ok.Status != 200 || !strings.Contains(ok.Raw, "secret-p") {
+		t.Fatalf("consume: %d %s", ok.Status, ok.Raw)
+	}
+	strip := func(raw string) string { // the request id differs per call
+		i := strings.Index(raw, `"requestId"`)
+		if i < 0 {
+			return raw
+		}
+		return raw[:i]
+	}
+	first := strip(ok.Raw)
+	// The creator re-sends its create with another body: 422, a guess spent.
+	if r := do(t, env, "POST", "/actions", `{"actionId":"rx","userId":"u","pin":"1111","maxPinAttempts":3,"payload":"secret-p"}`, "Idempotency-Key", "c-rx"); r.Status != 422 {
+		t.Fatalf("create key reused: %d %s", r.Status, r.Raw)
+	}
+	again := do(t, env, "POST", "/actions/rx/consume", `{"pin":"2468"}`, "Idempotency-Key", "k-rx")
+	if again.Status != 200 || strip(again.Raw) != first {
+		t.Fatalf("keyed re-send of the consume that succeeded does not replay exactly:\nfirst  %s\nreplay %s", first, again.Raw)
+	}
+}
+
+// TestUnreadablePINRecordLetsNothingThrough: an item whose PIN material
+// (its hash, its count, its limit) cannot be read never lets a guess
+// through and never gives the payload, with the right PIN or none.
+func TestUnreadablePINRecordLetsNothingThrough(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	S := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	B := func(v string) types.AttributeValue { return &types.AttributeValueMemberB{Value: []byte(v)} }
+	cases := []struct {
+		name, attr string
+		v          types.AttributeValue
+	}{
+		{"hash-S", "pinHash", S("garbage")},
+		{"hash-B", "pinHash", B("0123456789abcdef0123456789abcdef")},
+		{"hash-empty", "pinHash", B("")},
+		{"fail-S", "pinFailures", S("0")},
+		{"fail-gone", "pinFailures", nil},
+		{"max-gone", "maxPinAttempts", nil},
+		{"max-S", "maxPinAttempts", S("3")},
+	}
+	for i, c := range cases {
+		id := fmt.Sprintf("cr%d", i)
+		create(t, env, `{"actionId":"`+id+`","userId":"u","pin":"2468","maxPinAttempts":3,"payload":"sec-`+id+`"}`)
+		setAttr(t, env, id, c.attr, c.v)
+		for _, body := range []string{`{"pin":"2468"}`, `{"pin":"1111"}`, `{"pin":"2468"}`} {
+			r := do(t, env, "POST", "/actions/"+id+"/consume", body)
+			if r.Status == 200 || strings.Contains(r.Raw, "sec-"+id) {
+				t.Errorf("%s: corrupt PIN record let %s through: %s", c.name, body, r.Raw)
+			}
+		}
+		r := do(t, env, "POST", "/actions/"+id+"/consume", ``)
+		if r.Status == 200 {
+			t.Errorf("%s: consumed without a PIN", c.name)
+		}
+	}
+}
+
+// TestUnreadableLockStampIsAnError: a locked action answers 423 with
+// lockedAt, the time of the guess that locked it. With that stamp
+// unreadable the item is malformed, like any unreadable field (500, never
+// a half-read action): it answered 423 without lockedAt, and GET showed a
+// lock without its time.
+func TestUnreadableLockStampIsAnError(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	create(t, env, `{"actionId":"lk","userId":"u","pin":"2468","maxPinAttempts":1}`)
+	expect(t, env, do(t, env, "POST", "/actions/lk/consume", `{"pin":"1111"}`), 403, "invalid_pin", nil)
+	if r := do(t, env, "POST", "/actions/lk/consume", `{"pin":"2468"}`); r.Status != 423 || r.Str("lockedAt") == "" {
+		t.Fatalf("locked: %d %s", r.Status, r.Raw)
+	}
+	setAttr(t, env, "lk", "pinFailedAt", &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "not-a-time"}}})
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/actions/lk/consume", `{"pin":"2468"}`},
+		{"GET", "/actions/lk", ""},
+	} {
+		if r := do(t, env, c.method, c.path, c.body); r.Status != 500 || r.Str("error") != "internal" {
+			t.Errorf("%s %s with the lock stamp unreadable: %d %s", c.method, c.path, r.Status, strings.TrimSpace(r.Raw))
+		}
+	}
+}

@@ -81,6 +81,16 @@ func asCreated(a *action.Action) *action.Action {
 	return &c
 }
 
+// asConsumed is a as its consume answered it: guesses counted since (a
+// reused key's comparison) left out, so a replay answers as the first.
+func asConsumed(a *action.Action) *action.Action {
+	c := *a
+	if a.ConsumePINFailures != nil {
+		c.PINFailures = *a.ConsumePINFailures
+	}
+	return &c
+}
+
 func optTime(t time.Time) string {
 	if t.IsZero() {
 		return ""

@@ -187,3 +187,39 @@ func unavailable(t *testing.T, what string, r *testkit.Response, secrets ...stri
 		}
 	}
 }
+
+// TestReusedKeyResentAcrossRotationSpendsNothingMore: docs/http-api.md, "What a keyed
+// re-send is answered with": a re-send with another body spends an attempt,
+// "recorded under that key and body, so re-sending the very same request
+// ... spends nothing more". The secret rotates (A -> B current, A previous)
+// between the 422 and its re-send: the very same request re-sent to the
+// rotated function must answer the same 422 and spend nothing. The same
+// for a create's key re-sent with another body.
+func TestReusedKeyResentAcrossRotationSpendsNothingMore(t *testing.T) {
+	t.Parallel()
+	oldEnv, newEnv, _ := rotationPair(t) // old: A only; new: B current, A previous
+	create(t, oldEnv, `{"actionId":"rk","userId":"u","pin":"2468","maxPinAttempts":5}`)
+	if r := do(t, oldEnv, "POST", "/actions/rk/consume", `{"pin":"0000"}`, "Idempotency-Key", "k-1"); r.Status != 403 {
+		t.Fatalf("first guess: %d %s", r.Status, r.Raw)
+	}
+	first := do(t, oldEnv, "POST", "/actions/rk/consume", `{"pin":"1111"}`, "Idempotency-Key", "k-1")
+	if first.Status != 422 || first.Body["attemptsRemaining"] != 3.0 {
+		t.Fatalf("reused key: %d %s", first.Status, first.Raw)
+	}
+	// The very same request, re-sent (its answer was lost) after the rotation reached this function.
+	again := do(t, newEnv, "POST", "/actions/rk/consume", `{"pin":"1111"}`, "Idempotency-Key", "k-1")
+	g := do(t, newEnv, "GET", "/actions/rk", "")
+	if again.Status != 422 || again.Body["attemptsRemaining"] != 3.0 || g.Body["pinAttemptsRemaining"] != 3.0 {
+		t.Errorf("the same 422 request re-sent across a rotation spent another guess: %d %s, GET %v", again.Status, again.Raw, g.Body["pinAttemptsRemaining"])
+	}
+
+	// The create path.
+	create(t, oldEnv, `{"actionId":"rkc","userId":"u","pin":"1357","maxPinAttempts":3}`, "Idempotency-Key", "c-1")
+	body := `{"actionId":"rkc","userId":"u","pin":"0000","maxPinAttempts":3}`
+	c1 := do(t, oldEnv, "POST", "/actions", body, "Idempotency-Key", "c-1")
+	c2 := do(t, newEnv, "POST", "/actions", body, "Idempotency-Key", "c-1")
+	g = do(t, newEnv, "GET", "/actions/rkc", "")
+	if c1.Status != 422 || c2.Status != 422 || c2.Body["attemptsRemaining"] != c1.Body["attemptsRemaining"] || g.Body["pinAttemptsRemaining"] != 2.0 {
+		t.Errorf("create's reused key re-sent across a rotation: %s then %s, GET %v", c1.Raw, c2.Raw, g.Body["pinAttemptsRemaining"])
+	}
+}

@@ -52,7 +52,9 @@ func (c *ConsumeRequest) later() time.Time {
 func Consume(ctx context.Context, st *store.Store, id string, c ConsumeRequest) (*action.Action, error) {
 	w := store.Consume{Tenant: c.Tenant, Reason: c.Reason, Write: c.Write, Fingerprints: c.Fingerprints, KeyIDs: c.KeyIDs,
 		Now: action.Millis(c.Now), PINPresented: c.PIN != nil}
-	spend := func(why error) error { return spendIfGuess(ctx, st, c.Tenant, id, c.Write, c.later, why) }
+	spend := func(why error) error {
+		return spendIfGuess(ctx, st, c.Tenant, id, c.Write, c.Fingerprints, c.later, why)
+	}
 	consume := func(w store.Consume) (*action.Action, error) {
 		a, err := st.Consume(ctx, id, w)
 		if err != nil {
@@ -120,7 +122,7 @@ func Create(ctx context.Context, st *store.Store, a *action.Action, fingerprints
 		if clock == nil {
 			clock = func() time.Time { return a.CreatedAt }
 		}
-		return nil, spendIfGuess(ctx, st, a.Tenant, a.ID, a.Create, clock, err)
+		return nil, spendIfGuess(ctx, st, a.Tenant, a.ID, a.Create, fingerprints, clock, err)
 	}
 	return created, nil
 }
@@ -128,16 +130,16 @@ func Create(ctx context.Context, st *store.Store, a *action.Action, fingerprints
 // FindCreate answers a create that can no longer be written
 // (store.FindCreate), counting a comparison with a stored PIN as Create does.
 func FindCreate(ctx context.Context, st *store.Store, tenantName, id string, w action.Write, fingerprints []string, clock func() time.Time) error {
-	return spendIfGuess(ctx, st, tenantName, id, w, clock, st.FindCreate(ctx, tenantName, id, w, fingerprints))
+	return spendIfGuess(ctx, st, tenantName, id, w, fingerprints, clock, st.FindCreate(ctx, tenantName, id, w, fingerprints))
 }
 
 // spendIfGuess passes why through, unless it is a refusal that compared the
 // request w with a stored body holding the PIN (action.IsGuess): then that
 // comparison is counted like any guess (store.SpendGuess, at the time clock
 // reads then), and its refusal is the answer.
-func spendIfGuess(ctx context.Context, st *store.Store, tenantName, id string, w action.Write, clock func() time.Time, why error) error {
+func spendIfGuess(ctx context.Context, st *store.Store, tenantName, id string, w action.Write, fingerprints []string, clock func() time.Time, why error) error {
 	if !action.IsGuess(why) {
 		return why
 	}
-	return st.SpendGuess(ctx, tenantName, id, w, action.Millis(clock()))
+	return st.SpendGuess(ctx, tenantName, id, w, action.Millis(clock()), fingerprints...)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -29,10 +30,11 @@ const (
 	attrPINHash        = "pinHash"
 	attrPINFailures    = "pinFailures"
 	attrMaxPINAttempts = "maxPinAttempts"
-	attrPINFailedAt    = "pinFailedAt" // list of times of PIN guesses; the one that locked is the last
-	attrPINTry         = "pinTry:"     // + action.TryToken: the guess's place in the count
-	attrPINTryFP       = "pinTryFp:"   // + action.TryToken: the guess's request fingerprint
-	attrKeyID          = "keyId"       // key set of the PIN hash and the sealed payload
+	attrPINFailedAt    = "pinFailedAt"        // list of times of PIN guesses; the one that locked is the last
+	attrConsumePINFail = "consumePinFailures" // pinFailures as the consuming write left it
+	attrPINTry         = "pinTry:"            // + action.TryToken: the guess's place in the count
+	attrPINTryFP       = "pinTryFp:"          // + action.TryToken: the guess's request fingerprint
+	attrKeyID          = "keyId"              // key set of the PIN hash and the sealed payload
 	attrPayload        = "payload"
 	attrTTL            = "ttl"
 	attrSupersedes     = "supersedes" // "1" on an action created with supersede
@@ -62,6 +64,8 @@ var (
 )
 
 func ts(t time.Time) types.AttributeValue { return s(FormatTime(t)) }
+
+var errMalformed = errors.New("malformed")
 
 // Decode decodes an action item (from a read, a write's return values or a
 // stream image). A malformed item is an error, never a half-filled action.
@@ -103,11 +107,23 @@ func Decode(item map[string]types.AttributeValue) (*action.Action, error) {
 		}
 	}
 	decodeUses(&d, a)
+	if _, ok := item[attrConsumePINFail]; ok {
+		n := int(d.Num(attrConsumePINFail))
+		a.ConsumePINFailures = &n
+	}
 	if a.Locked() {
 		// No guess is counted after the one that locked: it is the last.
-		if l, ok := item[attrPINFailedAt].(*types.AttributeValueMemberL); ok && len(l.Value) > 0 {
-			if sv, ok := l.Value[len(l.Value)-1].(*types.AttributeValueMemberS); ok {
-				a.LockedAt, _ = time.Parse(time.RFC3339Nano, sv.Value)
+		// One that cannot be read is an error, never a lock without its time.
+		if v, ok := item[attrPINFailedAt]; ok {
+			l, ok := v.(*types.AttributeValueMemberL)
+			var err error = errMalformed
+			if ok && len(l.Value) > 0 {
+				if sv, ok := l.Value[len(l.Value)-1].(*types.AttributeValueMemberS); ok {
+					a.LockedAt, err = time.Parse(time.RFC3339Nano, sv.Value)
+				}
+			}
+			if err != nil {
+				d.Fail(attrPINFailedAt)
 			}
 		}
 	}

@@ -253,6 +253,9 @@ func (st *Store) Consume(ctx context.Context, id string, c Consume) (*action.Act
 	if c.Reserved {
 		cond = consumable(now).And(expression.AttributeExists(pinTry(attrPINTry, action.TryToken(c.Write))))
 		u = u.Set(expression.Name(attrPINFailures), expression.Name(attrPINFailures).Minus(expression.Value(n(1))))
+		// What this consume answers, kept for its replays (both read the
+		// count before this write).
+		u = u.Set(expression.Name(attrConsumePINFail), expression.Name(attrPINFailures).Minus(expression.Value(n(1))))
 	}
 	u = setIf(u, attrConsumedReason, c.Reason)
 	u = set(u, attrTTL, n(now.Add(st.retention).Unix()))
@@ -317,21 +320,35 @@ func countGuess(now time.Time) expression.UpdateBuilder {
 // guess under the request's key and body (action.SpendToken), like a
 // reservation: the SDK re-sending it after a lost answer, or the caller
 // re-sending the same request, finds it and is answered the same 422,
-// counting nothing. It returns the refusal: key_reused, or locked.
-func (st *Store) SpendGuess(ctx context.Context, tenantName, id string, w action.Write, now time.Time) error {
+// counting nothing. fingerprints are the request's body under every known
+// key set: the same request re-sent across a rotation (its body taken under
+// another key set) finds its guess too. It returns the refusal: key_reused,
+// or locked.
+func (st *Store) SpendGuess(ctx context.Context, tenantName, id string, w action.Write, now time.Time, fingerprints ...string) error {
 	token := action.SpendToken(w)
+	tokens := []string{token}
+	for _, fp := range fingerprints {
+		if t := action.SpendToken(action.Write{Key: w.Key, Fingerprint: fp}); !slices.Contains(tokens, t) {
+			tokens = append(tokens, t)
+		}
+	}
 	u := countGuess(action.Millis(now)).
 		Set(pinTry(attrPINTry, token), expression.Name(attrPINFailures).Plus(expression.Value(n(1))))
-	cond := guessLeft().And(expression.AttributeNotExists(pinTry(attrPINTry, token)))
+	cond := guessLeft()
+	for _, t := range tokens {
+		cond = cond.And(expression.AttributeNotExists(pinTry(attrPINTry, t)))
+	}
 	written, old, err := st.update(ctx, tenant.ItemKey(tenantName, id), u, cond, types.ReturnValueAllNew)
 	switch {
 	case err != nil:
 		return err
 	case old != nil:
-		if try, ok := old.PINTries[token]; ok { // this request's guess, counted already
-			seen := *old
-			seen.PINFailures = try.N
-			return action.Reject(action.CodeKeyReused, &seen)
+		for _, t := range tokens {
+			if try, ok := old.PINTries[t]; ok { // this request's guess, counted already
+				seen := *old
+				seen.PINFailures = try.N
+				return action.Reject(action.CodeKeyReused, &seen)
+			}
 		}
 		return action.Reject(action.CodeLocked, old)
 	}
