@@ -139,7 +139,8 @@ const (
 // freeLapsedLegacy frees a claim the package wrote before it ran on the
 // library, if it is "running" with its lease (leaseUntilMs) lapsed, as a
 // release leaves a key, with one conditional write; a refused write's old
-// item says whether it is done or still its holder's.
+// item says whether it is done, still its holder's, or freed (by another
+// delivery) or gone, to be claimed.
 func (g *Guard) freeLapsedLegacy(ctx context.Context, eventID string) (int, error) {
 	state, lease, token := expression.Name("state"), expression.Name("leaseUntilMs"), expression.Name("token")
 	expr, err := expression.NewBuilder().
@@ -163,14 +164,17 @@ func (g *Guard) freeLapsedLegacy(ctx context.Context, eventID string) (int, erro
 	case !errors.As(err, &refused):
 		return 0, err
 	}
-	old := refused.Item
-	if _, ok := old["fingerprint"]; ok { // another delivery freed and claimed it since
-		return legacyFreed, nil
+	switch s, _ := refused.Item["state"].(*types.AttributeValueMemberS); {
+	case s != nil && s.Value == "done":
+		return legacyDone, nil
+	case s != nil && s.Value == "running":
+		if _, ok := refused.Item["fingerprint"]; !ok {
+			return legacyRunning, nil
+		}
 	}
-	if s, _ := old["state"].(*types.AttributeValueMemberS); s != nil && s.Value == "running" {
-		return legacyRunning, nil
-	}
-	return legacyDone, nil
+	// Freed by another delivery (and perhaps claimed since), or gone: the
+	// library's claim says what it is now.
+	return legacyFreed, nil
 }
 
 func (g *Guard) lease(ctx context.Context, now time.Time) time.Duration {

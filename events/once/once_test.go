@@ -323,17 +323,7 @@ func TestLegacyClaimCountsHandled(t *testing.T) {
 // previous version did. The handler must run once.
 func TestLegacyLapsedClaimRunsAgain(t *testing.T) {
 	g, _, db := newGuard(t)
-	now := time.Now()
-	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
-		"eventId":      &types.AttributeValueMemberS{Value: "crashed"},
-		"state":        &types.AttributeValueMemberS{Value: "running"},
-		"token":        &types.AttributeValueMemberS{Value: "old-holder"},
-		"leaseUntilMs": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(-time.Minute).UnixMilli(), 10)},
-		"ttl":          &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Hour).Unix(), 10)},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	putLegacy(t, db, g, "crashed", time.Now().Add(-time.Minute))
 	runs := 0
 	ran, err := g.Do(context.Background(), "crashed", func(context.Context) error { runs++; return nil })
 	if runs != 1 || !ran || err != nil {
@@ -350,19 +340,82 @@ func TestLegacyLapsedClaimRunsAgain(t *testing.T) {
 // acknowledgement: if the holder then dies, an acknowledged event is lost.
 func TestLegacyLiveClaimIsInProgress(t *testing.T) {
 	g, _, db := newGuard(t)
-	now := time.Now()
+	putLegacy(t, db, g, "live", time.Now().Add(time.Minute))
+	ran, err := g.Do(context.Background(), "live", func(context.Context) error { t.Error("ran under a live claim"); return nil })
+	if !errors.Is(err, once.ErrInProgress) {
+		t.Fatalf("a live claim of the previous version was acknowledged (ran=%v err=%v), want ErrInProgress", ran, err)
+	}
+}
+
+// putLegacy writes a claim as the package wrote it before it ran on the
+// idempotency library: "running", its holder's token, its lease.
+func putLegacy(t *testing.T, db *dynamodb.Client, g *once.Guard, id string, leaseUntil time.Time) {
+	t.Helper()
 	_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &g.Table, Item: map[string]types.AttributeValue{
-		"eventId":      &types.AttributeValueMemberS{Value: "live"},
+		"eventId":      &types.AttributeValueMemberS{Value: id},
 		"state":        &types.AttributeValueMemberS{Value: "running"},
 		"token":        &types.AttributeValueMemberS{Value: "old-holder"},
-		"leaseUntilMs": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)},
-		"ttl":          &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Hour).Unix(), 10)},
+		"leaseUntilMs": &types.AttributeValueMemberN{Value: strconv.FormatInt(leaseUntil.UnixMilli(), 10)},
+		"ttl":          &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran, err := g.Do(context.Background(), "live", func(context.Context) error { t.Error("ran under a live claim"); return nil })
-	if !errors.Is(err, once.ErrInProgress) {
-		t.Fatalf("a live claim of the previous version was acknowledged (ran=%v err=%v), want ErrInProgress", ran, err)
+}
+
+// racing lets another delivery's write land just before the guard frees a
+// lapsed legacy claim (its UpdateItem naming leaseUntilMs), through the
+// same DynamoDB Local.
+type racing struct {
+	*dynamodb.Client
+	first func()
+}
+
+func (r *racing) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	for _, name := range in.ExpressionAttributeNames {
+		if name == "leaseUntilMs" && r.first != nil {
+			r.first()
+			r.first = nil
+		}
+	}
+	return r.Client.UpdateItem(ctx, in, opts...)
+}
+
+// TestLegacyClaimFreedMeanwhileRunsAgain: two deliveries meet one lapsed
+// legacy claim; the other frees it first (or the old holder's release
+// deleted it). The guard's own free is then refused, and it must claim
+// the event, not count it handled: acknowledged with nobody running it,
+// its effect would never happen.
+func TestLegacyClaimFreedMeanwhileRunsAgain(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		other func(db *dynamodb.Client, g *once.Guard, id string) error
+	}{
+		{"freed by another delivery", func(db *dynamodb.Client, g *once.Guard, id string) error {
+			_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &g.Table,
+				Key:                      map[string]types.AttributeValue{"eventId": &types.AttributeValueMemberS{Value: id}},
+				UpdateExpression:         aws.String("SET releasedToken = #t REMOVE #t, #s, #l"),
+				ExpressionAttributeNames: map[string]string{"#t": "token", "#s": "state", "#l": "leaseUntilMs"}})
+			return err
+		}},
+		{"deleted by its holder releasing it", func(db *dynamodb.Client, g *once.Guard, id string) error {
+			_, err := db.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{TableName: &g.Table,
+				Key: map[string]types.AttributeValue{"eventId": &types.AttributeValueMemberS{Value: id}}})
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, _, db := newGuard(t)
+			putLegacy(t, db, g, "raced", time.Now().Add(-time.Minute))
+			g.DB = &racing{Client: db, first: func() {
+				if err := c.other(db, g, "raced"); err != nil {
+					t.Fatal(err)
+				}
+			}}
+			runs := 0
+			if ran, err := g.Do(context.Background(), "raced", func(context.Context) error { runs++; return nil }); !ran || err != nil || runs != 1 {
+				t.Fatalf("ran=%v err=%v runs=%d, want the handler run once", ran, err, runs)
+			}
+		})
 	}
 }

@@ -469,7 +469,8 @@ func TestReplayIsNotAPINOracle(t *testing.T) {
 // consume's 200 carries pinAttemptsRemaining; guesses counted on the action
 // after it consumed (a reused key: the consumer's own, or the create's) must
 // not change the replayed body. The replay answered the count as it is
-// now (2), not as the consume did (3).
+// now (2), not as the consume did (3). Once they reach the limit, the
+// replay is 423, as documented (it compares with a body holding the PIN).
 func TestRightPINReplayIsExact(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
@@ -486,13 +487,21 @@ func TestRightPINReplayIsExact(t *testing.T) {
 		return raw[:i]
 	}
 	first := strip(ok.Raw)
-	// The creator re-sends its create with another body: 422, a guess spent.
-	if r := do(t, env, "POST", "/actions", `{"actionId":"rx","userId":"u","pin":"1111","maxPinAttempts":3,"payload":"secret-p"}`, "Idempotency-Key", "c-rx"); r.Status != 422 {
-		t.Fatalf("create key reused: %d %s", r.Status, r.Raw)
-	}
-	again := do(t, env, "POST", "/actions/rx/consume", `{"pin":"2468"}`, "Idempotency-Key", "k-rx")
-	if again.Status != 200 || strip(again.Raw) != first {
-		t.Fatalf("keyed re-send of the consume that succeeded does not replay exactly:\nfirst  %s\nreplay %s", first, again.Raw)
+	// The creator re-sends its create with other bodies: each a guess spent.
+	for i, pin := range []string{"1111", "2222", "3333"} {
+		r := do(t, env, "POST", "/actions", `{"actionId":"rx","userId":"u","pin":"`+pin+`","maxPinAttempts":3,"payload":"secret-p"}`, "Idempotency-Key", "c-rx")
+		if r.Status != 422 {
+			t.Fatalf("create key reused: %d %s", r.Status, r.Raw)
+		}
+		again := do(t, env, "POST", "/actions/rx/consume", `{"pin":"2468"}`, "Idempotency-Key", "k-rx")
+		switch {
+		case i < 2 && (again.Status != 200 || strip(again.Raw) != first):
+			t.Fatalf("after %d guesses, a keyed re-send of the consume that succeeded does not replay exactly:\nfirst  %s\nreplay %s", i+1, first, again.Raw)
+		case i == 2 && (again.Status != 423 || strings.Contains(again.Raw, "secret-p")):
+			// The re-send is compared with a stored body holding the PIN:
+			// once the attempts are spent no replay gives the payload.
+			t.Fatalf("the attempts spent, a replay: %d %s", again.Status, again.Raw)
+		}
 	}
 }
 

@@ -562,8 +562,8 @@ func TestUnreadableGateIsNoFreeUse(t *testing.T) {
 // its use (GET .../uses lists it; a keyed re-send replays the 200, and so
 // did an instance whose cached action had not seen the cancel), but the
 // same take sent again without a key (the client lost the first answer)
-// answered 410. It answers its first 200; a useId holding no use is still
-// refused.
+// answered 410, and so did a take with a new key. It answers its first
+// 200; a useId holding no use is still refused.
 func TestHeldUseAnswersAfterCancelOrExpiry(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
@@ -590,10 +590,24 @@ func TestHeldUseAnswersAfterCancelOrExpiry(t *testing.T) {
 			t.Errorf("%s: the useId still holds its use (listed: %s), sent again it answers %d %s; first %s",
 				tc.id, list.Raw, again.Status, again.Raw, first.Raw)
 		}
-		if tc.id != "hc-expiry" {
-			if r := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"phone"}`); r.Status != 410 || r.Str("error") != "canceled" {
-				t.Errorf("%s: a useId that holds no use, after the cancel: %d %s", tc.id, r.Status, r.Raw)
+		// With a key too, new or re-sent: the same 200 (Idempotent-Replayed
+		// on the key's re-send, as on an open action), and a useId that
+		// holds no use is refused.
+		if tc.id == "hc-expiry" {
+			env.Shift(2 * time.Hour)
+		}
+		for i, replayed := range []string{"", "true"} {
+			keyed := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"laptop"}`, "Idempotency-Key", "late-"+tc.id)
+			if keyed.Raw != first.Raw || keyed.Header.Get("Idempotent-Replayed") != replayed {
+				t.Errorf("%s: a keyed take (send %d) of the useId that holds its use: %d %s (replayed %q); first %s",
+					tc.id, i+1, keyed.Status, keyed.Raw, keyed.Header.Get("Idempotent-Replayed"), first.Raw)
 			}
 		}
+		for _, key := range [][]string{nil, {"Idempotency-Key", "none-" + tc.id}} {
+			if r := do(t, env, "POST", "/actions/"+tc.id+"/consume", `{"useId":"phone"}`, key...); r.Status != 410 {
+				t.Errorf("%s %v: a useId that holds no use, once the action is closed: %d %s", tc.id, key, r.Status, r.Raw)
+			}
+		}
+		env.Shift(0)
 	}
 }

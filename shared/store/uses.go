@@ -297,27 +297,31 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	}
 	keyed := t.Write.Key != ""
 	closed := action.Closed(a, now)
-	if closed != nil && !keyed {
-		// A useId that holds a use keeps answering as its first take, the
-		// action canceled or expired since (as a closed gate answers it):
-		// reads only; else the refusal, from the item: nothing to write.
-		if !isCode(closed, action.CodeNotActive) {
-			e, err := st.findUse(ctx, a, action.UseToken(t.UseID), now)
-			if err != nil {
-				return nil, err
-			}
-			if e != nil {
-				return &Taken{Action: a, UseID: t.UseID, UsedAt: e.At, Replayed: true}, nil
-			}
+	// A useId that holds a use keeps answering as its first take, the
+	// action canceled or expired since (as a closed gate answers it): read
+	// where it lives; else the refusal, from the item.
+	var held *action.Entry
+	if closed != nil && !isCode(closed, action.CodeNotActive) {
+		if held, err = st.findUse(ctx, a, action.UseToken(t.UseID), now); err != nil {
+			return nil, err
 		}
-		return nil, closed
+	}
+	heldAnswer := func() *Taken { return &Taken{Action: a, UseID: t.UseID, UsedAt: held.At, Replayed: true} }
+	if closed != nil && !keyed {
+		if held != nil {
+			return heldAnswer(), nil
+		}
+		return nil, closed // nothing to write
 	}
 	t.Write = named(t.Write)
 	rec := &action.UseRecord{Ref: action.RefHash(action.UseRef(action.OpTake, t.Write)), Op: action.OpTake, UseID: t.UseID,
 		Write: t.Write, Reason: t.Reason, RequestedAt: now}
-	if closed != nil {
+	switch {
+	case held != nil: // the key's answer for good: the use its useId holds
+		rec.Outcome, rec.Of, rec.UsedAt = action.OutcomeOK, held.Ref, held.At
+	case closed != nil:
 		rec.Outcome = refusalCode(closed) // the key's answer, whatever the action is when it is sent again
-	} else {
+	default:
 		rec.Holder, rec.HeldUntil = t.Write.RequestID, now.Add(callPatience)
 		// An attempt that fails on a dependency fault lets go of its take:
 		// its re-send acts at once, and another take of the useId drops a
@@ -333,6 +337,9 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	prior, err := st.putRecord(ctx, a, rec, st.ttlOf(a), now)
 	if err != nil {
 		return nil, err
+	}
+	if prior == nil && held != nil {
+		return heldAnswer(), nil
 	}
 	if prior == nil && closed != nil {
 		return nil, closed
