@@ -414,21 +414,12 @@ func TestSupersedeRaces(t *testing.T) {
 // first attempt goes on. One of a and b must stay open.
 func TestSupersedeResentWhileFirstAttemptRuns(t *testing.T) {
 	t.Parallel()
-	var block atomic.Int32
-	blocked, resume := make(chan struct{}), make(chan struct{})
-	var last atomic.Int32
-	env, _ := hooked(t, func(n int32) {
-		last.Store(n)
-		if n == block.Load() {
-			close(blocked)
-			<-resume
-		}
-	})
+	env, held := heldWrite(t)
 	t0 := time.Now()
 	apiA, apiB := *env.API, *env.API
 	apiA.Now = func() time.Time { return t0 }
 	apiB.Now = func() time.Time { return t0.Add(100 * time.Millisecond) }
-	block.Store(last.Load() + 2) // a's create, then a's pointer write: held
+	held.at.Store(held.last.Load() + 2) // a's create, then a's pointer write: held
 	bodyA := `{"actionId":"ra","userId":"rw","kind":"login","supersede":true}`
 	first := make(chan events.APIGatewayV2HTTPResponse, 1)
 	go func() {
@@ -436,7 +427,7 @@ func TestSupersedeResentWhileFirstAttemptRuns(t *testing.T) {
 			RouteKey: httpapi.RouteCreate, Body: bodyA, Headers: map[string]string{"idempotency-key": "ra-key"}})
 		first <- r
 	}()
-	<-blocked
+	<-held.blocked
 	createOn(t, &apiB, `{"actionId":"rb","userId":"rw","kind":"login","supersede":true}`, "rb-key")
 	send := func() events.APIGatewayV2HTTPResponse {
 		r, _ := apiA.Create(context.Background(), events.APIGatewayV2HTTPRequest{
@@ -444,7 +435,7 @@ func TestSupersedeResentWhileFirstAttemptRuns(t *testing.T) {
 		return r
 	}
 	resent := send() // while the first attempt is held
-	close(resume)
+	close(held.resume)
 	r1 := <-first
 	if resent.StatusCode != 201 {
 		t.Logf("re-send while the first attempt ran: %d %s", resent.StatusCode, resent.Body)
@@ -500,28 +491,19 @@ func TestSupersedeCancelStampedAfterCreate(t *testing.T) {
 // was created (nor before the cancel was written).
 func TestSupersedeStampsItsCancelWhenWritten(t *testing.T) {
 	t.Parallel()
-	var block atomic.Int32
-	blocked, resume := make(chan struct{}), make(chan struct{})
-	var last atomic.Int32
-	env, _ := hooked(t, func(n int32) {
-		last.Store(n)
-		if n == block.Load() {
-			close(blocked)
-			<-resume
-		}
-	})
+	env, held := heldWrite(t)
 	create(t, env, `{"actionId":"warm","userId":"wu2","kind":"login","supersede":true}`)
-	block.Store(last.Load() + 2)
+	held.at.Store(held.last.Load() + 2)
 	first := make(chan *testkit.Response, 1)
 	go func() {
 		r, _ := testkit.Send(client, "POST", env.URL+"/actions", `{"actionId":"wa","userId":"wu","kind":"login","supersede":true}`)
 		first <- r
 	}()
-	<-blocked
+	<-held.blocked
 	time.Sleep(20 * time.Millisecond)
 	b := do(t, env, "POST", "/actions", `{"actionId":"wb","userId":"wu","kind":"login","supersede":true}`)
 	bAnswered := time.Now().UTC()
-	close(resume)
+	close(held.resume)
 	<-first
 	g := do(t, env, "GET", "/actions/wb", "")
 	t.Logf("a: %s", do(t, env, "GET", "/actions/wa", "").Raw)
@@ -549,4 +531,24 @@ func TestCancelAllResentAfterNewAction(t *testing.T) {
 	again := do(t, env, "POST", "/users/nu/actions/cancel", `{}`, "Idempotency-Key", "n-1")
 	g := do(t, env, "GET", "/actions/n2", "")
 	t.Logf("first %s re-send %s %s; n2 %s", strings.TrimSpace(first.Raw), again.Header.Get("Idempotent-Replayed"), strings.TrimSpace(again.Raw), g.Str("state"))
+}
+
+// writeHold holds the UpdateItem numbered at (once set) until resume is
+// closed; last is the number of the latest one.
+type writeHold struct {
+	at, last        atomic.Int32
+	blocked, resume chan struct{}
+}
+
+// heldWrite is an env whose writes go through a writeHold.
+func heldWrite(t *testing.T) (*testkit.Env, *writeHold) {
+	h := &writeHold{blocked: make(chan struct{}), resume: make(chan struct{})}
+	env, _ := hooked(t, func(n int32) {
+		h.last.Store(n)
+		if n == h.at.Load() {
+			close(h.blocked)
+			<-h.resume
+		}
+	})
+	return env, h
 }
