@@ -92,6 +92,22 @@ func ProbeStep(token string, gates int) int {
 	return step
 }
 
+// ProbePosition is where gate lies along token's probe sequence: the k
+// with gate = home + k·step (mod gates), 0 at the home gate.
+func ProbePosition(token string, gates, gate int) int {
+	home, step := HomeGate(token, gates), ProbeStep(token, gates)
+	// k = (gate − home) · step⁻¹ (mod gates): step is coprime with gates,
+	// and the extended Euclidean algorithm gives its inverse.
+	inv, next := 1, 0
+	for r, rNext := step%gates, gates; rNext != 0; {
+		q := r / rNext
+		r, rNext = rNext, r-q*rNext
+		inv, next = next, inv-q*next
+	}
+	mod := func(v int) int { return (v%gates + gates) % gates }
+	return mod(mod(gate-home) * mod(inv))
+}
+
 func gcd(a, b int) int {
 	for b != 0 {
 		a, b = b, a%b
@@ -153,6 +169,12 @@ type Gate struct {
 	// (the stream record of that write carries it to its event).
 	LastRelease     string
 	LastReleaseTime time.Time
+	// Reach is, for an action that is not releasable, how far along its
+	// probe sequence (ProbePosition) the furthest use of a useId homed at
+	// this gate lies, as far as the takes recorded it. Once SoldOut is set
+	// on gate 0 it is exact: every gate is full, so no use ever moves again.
+	Reach   int
+	SoldOut bool
 }
 
 // Forward says which gate holds a useId's use, since when.

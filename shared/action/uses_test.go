@@ -3,6 +3,7 @@ package action
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -59,7 +60,8 @@ func TestHomeGatesSpread(t *testing.T) {
 }
 
 // TestProbeOrderVisitsEveryGate: a useId's probe order (home, then
-// home + k·step) visits every gate exactly once, for any number of gates.
+// home + k·step) visits every gate exactly once, for any number of gates,
+// and ProbePosition gives back the k of each gate.
 func TestProbeOrderVisitsEveryGate(t *testing.T) {
 	for _, gates := range []int{1, 2, 3, 4, 12, 25, 63, 64, 125, 41_667} {
 		for i := range 50 {
@@ -72,6 +74,9 @@ func TestProbeOrderVisitsEveryGate(t *testing.T) {
 					t.Fatalf("%d gates, useId u%d: gate %d visited twice (step %d)", gates, i, g, step)
 				}
 				seen[g] = true
+				if p := ProbePosition(tok, gates, g); p != k {
+					t.Fatalf("%d gates, useId u%d: gate %d is at position %d, ProbePosition says %d", gates, i, g, k, p)
+				}
 			}
 		}
 	}
@@ -166,5 +171,37 @@ func TestValidateUses(t *testing.T) {
 		if got := outcome(validateUses(&tc.r, &a)); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.r, got, tc.want)
 		}
+	}
+}
+
+// TestSealedReachesAreShort: the reaches a sealed action's home gates keep
+// (how far along its probe order the furthest use of a useId homed there
+// lies) for a million uses taken one after another, by the hashes and
+// probe orders takes use: a refused take of a sealed action reads the
+// gates up to its home gate's reach, not all 41,667 (docs/http-api.md,
+// "Sold out", quotes these figures; under the race detector, 100,000 uses).
+func TestSealedReachesAreShort(t *testing.T) {
+	maxUses := 1_000_000
+	if raceDetector {
+		maxUses = 100_000
+	}
+	gates := Gates(maxUses)
+	held, reach := make([]int, gates), make([]int, gates)
+	for u := range maxUses {
+		tok := UseToken(fmt.Sprintf("order-%d", u))
+		home, step := HomeGate(tok, gates), ProbeStep(tok, gates)
+		for k := range gates {
+			if g := (home + k*step) % gates; held[g] < GateCap(maxUses, g) {
+				held[g]++
+				reach[home] = max(reach[home], k)
+				break
+			}
+		}
+	}
+	slices.Sort(reach)
+	median, p99, most := reach[gates/2], reach[gates*99/100], reach[gates-1]
+	t.Logf("%d uses, %d gates, sold out: home gates' reaches median %d, 99th percentile %d, most %d", maxUses, gates, median, p99, most)
+	if median > 8 || p99 > 400 {
+		t.Fatalf("reaches median %d, 99th percentile %d: a sealed action's refused take would read far", median, p99)
 	}
 }

@@ -50,6 +50,8 @@ const (
 	gCancel  = "cx"  // the closing cancel's reason, key, fingerprint and request id
 	gClock   = "t"   // releasable: the last time a write carried (ms)
 	gLast    = "lr"  // the last release's token, record and time (binary), for its event
+	gReach   = "r"   // not releasable: the furthest probe position of a use of a useId homed here (absent: 0)
+	gSoldOut = "so"  // gate 0, not releasable: every gate found full, and every reach made exact (ms)
 )
 
 // IsUseItem reports whether a partition key is a gate's or a use record's.
@@ -134,6 +136,8 @@ func DecodeGate(item map[string]types.AttributeValue) (*action.Gate, error) {
 		Closed:    item[gClosed] != nil,
 		Clock:     time.UnixMilli(d.Num(gClock)).UTC(),
 		TTL:       d.Num(attrTTL),
+		Reach:     int(d.Num(gReach)),
+		SoldOut:   item[gSoldOut] != nil,
 	}
 	if b, ok := item[gLast].(*types.AttributeValueMemberB); ok {
 		l, ok := decodeLast(b.Value)
@@ -317,7 +321,7 @@ func (st *Store) readGatesOf(ctx context.Context, a *action.Action, idx []int, t
 	}
 	var proj []string
 	if tok != "" {
-		proj = []string{gAction, gCap, gHeld, gActive, gExpires, gClosed, gClock, attrTTL, gEntry + tok, gForward + tok}
+		proj = []string{gAction, gCap, gHeld, gActive, gExpires, gClosed, gClock, attrTTL, gReach, gSoldOut, gEntry + tok, gForward + tok}
 	}
 	items, err := st.readItems(ctx, keys, proj)
 	if err != nil {
@@ -497,7 +501,8 @@ func (st *Store) closeGates(ctx context.Context, a *action.Action, c Cancel, ttl
 			// of this id, whose entries go): a closed one, unless a take
 			// created it meanwhile (then close that one).
 			tomb := closing().Set(expression.Name(gAction), expression.Value(a.CreatedAt.UnixMilli())).
-				Set(expression.Name(gHeld), expression.Value(0))
+				Set(expression.Name(gHeld), expression.Value(0)).
+				Remove(expression.Name(gReach)).Remove(expression.Name(gSoldOut))
 			none := expression.AttributeNotExists(expression.Name(attrID))
 			if old != nil {
 				for tok := range old.Entries {

@@ -282,7 +282,9 @@ type Taken struct {
 // useId again, or the call re-sent, answers as its first take. Costs: 2
 // writes (1 write unit each); a gate that is full costs one more write,
 // then the gates after it are read (one BatchGetItem per 100) to find
-// room; the first take of an action on this instance also reads the action.
+// room, and a use written further from home than any before it one more
+// write (see place); the first take of an action on this instance also
+// reads the action.
 func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err error) {
 	now, start := action.Millis(t.Now), time.Now()
 	a, err := st.multiUse(ctx, t.Tenant, id, now, false)
@@ -468,20 +470,55 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 	}
 	// The home gate is full. A gate of an action that is not releasable
 	// never loses a use, so a gate once full stays full: the useId's use,
-	// if it has one, is in the first gate after home with room or holding
-	// it, and so is the room for a new one. The gates after home are read
-	// a few at first, more as they turn out full.
+	// if it has one, is in the first gate along its probe sequence with
+	// room or holding it, and so is the room for a new one. The gates are
+	// read a few at first, more as they turn out full; gate 0 rides with
+	// the first: once it says every gate is full (sealed), no use of a
+	// useId homed here is past the home gate's reach, and nothing further
+	// is read.
+	reach, sold, sealed := g.Reach, false, false
 	step := action.ProbeStep(tok, gates)
 	for off, n := 1, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+		if sold && off > reach {
+			if !sealed {
+				if reach, err = st.sealedReach(ctx, a, home, tok, now); err != nil {
+					return nil, err
+				}
+				sealed = true
+			}
+			if off > reach {
+				return nil, action.Reject(action.CodeNoUsesLeft, a)
+			}
+		}
 		idx := make([]int, 0, n)
 		for k := off; k < min(off+n, gates); k++ {
 			idx = append(idx, (home+k*step)%gates)
 		}
-		gs, err := st.probeGates(ctx, a, idx, tok, now)
+		keys := idx
+		switch {
+		case off == 1 && gates > 1+4:
+			keys = append(slices.Clip(idx), 0) // is it sealed?
+		case sold && !sealed:
+			keys = append(slices.Clip(idx), home) // its reach, read after the seal's mark
+		}
+		gs, err := st.probeGates(ctx, a, keys, tok, now)
 		if err != nil {
 			return nil, err
 		}
+		switch {
+		case off == 1 && gates > 1+4:
+			sold = gs[len(idx)] != nil && gs[len(idx)].SoldOut
+		case sold && !sealed:
+			if gs[len(idx)] == nil {
+				return nil, ErrUnavailable // a sealed action's gate went (a ttl passed)
+			}
+			reach, sealed = gs[len(idx)].Reach, true
+		}
 		for k, i := range idx {
+			pos := off + k
+			if sealed && pos > reach {
+				return nil, action.Reject(action.CodeNoUsesLeft, a)
+			}
 			for g := gs[k]; ; {
 				if g != nil {
 					if held, ok := g.Entries[tok]; ok {
@@ -495,6 +532,9 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 					}
 				}
 				p, g2, err := st.takeAt(ctx, a, i, tok, e, now)
+				if p != nil && p.Ref == e.Ref && pos > reach {
+					st.raiseReach(ctx, a, home, pos)
+				}
 				if p != nil || err != nil {
 					return p, err
 				}
@@ -502,7 +542,116 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 			}
 		}
 	}
+	if !sold && gates > 1+4 {
+		// Every gate was found full (an action of 5 gates or fewer has
+		// them all read by the first read anyway). Best effort: a seal that
+		// fails (a dependency fault) is made by the next take that finds
+		// them so.
+		_ = st.seal(ctx, a, now)
+	}
 	return nil, action.Reject(action.CodeNoUsesLeft, a)
+}
+
+// sealedReach reads the reach of the home gate of a sealed action (gate 0
+// said so): read after that, it is the seal's.
+func (st *Store) sealedReach(ctx context.Context, a *action.Action, home int, tok string, now time.Time) (int, error) {
+	gs, err := st.probeGates(ctx, a, []int{home}, tok, now)
+	if err != nil {
+		return 0, err
+	}
+	if gs[0] == nil {
+		return 0, ErrUnavailable // a sealed action's gate went (a ttl passed)
+	}
+	return gs[0].Reach, nil
+}
+
+// raiseReach records on the home gate of a useId whose use was just
+// written at probe position pos that a use of a useId homed there lies
+// that far (one conditional write, nothing when it already says so). Best
+// effort: a take that stopped before it is found by the seal.
+func (st *Store) raiseReach(ctx context.Context, a *action.Action, home, pos int) {
+	cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+		And(expression.AttributeNotExists(expression.Name(gReach)).Or(expression.Name(gReach).LessThan(expression.Value(pos))))
+	_, _, _, _ = st.gateWrite(ctx, tenant.ItemKey(a.Tenant, a.ID), home,
+		expression.Set(expression.Name(gReach), expression.Value(pos)), cond, types.ReturnValueNone)
+}
+
+// sealReads is how many gates a seal reads at once (8 BatchGetItems), and
+// sealFixes how many reaches one seal writes at most: an action whose
+// takes left more unrecorded (written before gates kept a reach) is sealed
+// over several takes.
+const (
+	sealReads = 8 * batchGetMax
+	sealFixes = 1000
+)
+
+// seal is run when every gate of a (not releasable) was found full: then no
+// use is ever taken or given back again. It reads every gate, raises each
+// home gate's reach to the furthest use of a useId homed there (where a
+// take stopped before it raised it), then marks gate 0 sold out: from then
+// on a take, or a search for a useId's use, reads no gate past the useId's
+// home gate's reach.
+func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) error {
+	gates := action.Gates(a.MaxUses)
+	furthest, recorded := make([]int, gates), make([]int, gates)
+	for off := 0; off < gates; off += sealReads {
+		idx := make([]int, 0, sealReads)
+		for i := off; i < min(off+sealReads, gates); i++ {
+			idx = append(idx, i)
+		}
+		gs, err := st.readGates(ctx, a, idx, now)
+		if err != nil {
+			return err
+		}
+		for k, g := range gs {
+			if g == nil || !g.Full() {
+				return nil // not every gate is this action's and full (a ttl passed)
+			}
+			recorded[idx[k]] = g.Reach
+			for tok := range g.Entries {
+				h := action.HomeGate(tok, gates)
+				furthest[h] = max(furthest[h], action.ProbePosition(tok, gates, idx[k]))
+			}
+		}
+	}
+	var fix []int
+	for h := range gates {
+		if recorded[h] < furthest[h] {
+			fix = append(fix, h)
+		}
+	}
+	done := len(fix) <= sealFixes
+	fix = fix[:min(len(fix), sealFixes)]
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, h := range fix {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			st.raiseReach(ctx, a, h, furthest[h])
+		})
+	}
+	wg.Wait()
+	if !done {
+		return nil
+	}
+	// Every reach read again: a raise that failed leaves the seal undone.
+	for off := 0; off < len(fix); off += sealReads {
+		part := fix[off:min(off+sealReads, len(fix))]
+		gs, err := st.readGates(ctx, a, part, now)
+		if err != nil {
+			return err
+		}
+		for k, g := range gs {
+			if g == nil || g.Reach < furthest[part[k]] {
+				return ErrUnavailable
+			}
+		}
+	}
+	cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli()))
+	_, _, _, err := st.exprWrite(ctx, gateKey(tenant.ItemKey(a.Tenant, a.ID), 0),
+		expression.Set(expression.Name(gSoldOut), expression.Value(now.UnixMilli())), &cond, types.ReturnValueNone)
+	return err
 }
 
 // takeAt writes the useId's entry into gate i with one conditional write,
@@ -672,19 +821,54 @@ func (st *Store) findUse(ctx context.Context, a *action.Action, tok string, now 
 func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, *action.Gate, string, error) {
 	gates := action.Gates(a.MaxUses)
 	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
+	reach, sold, sealed := gates, false, false // see place
+	var err error
 	for off, n := 0, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+		if sold && off > reach {
+			if !sealed {
+				if reach, err = st.sealedReach(ctx, a, home, tok, now); err != nil {
+					return nil, nil, "", err
+				}
+				sealed = true
+			}
+			if off > reach {
+				return nil, nil, "", nil // no use of a useId homed there is further
+			}
+		}
 		idx := make([]int, 0, n)
 		for k := off; k < min(off+n, gates); k++ {
 			idx = append(idx, (home+k*step)%gates)
 		}
-		if a.Releasable {
-			idx = idx[:1] // its home gate holds it, or says where
+		keys := idx
+		switch {
+		case a.Releasable:
+			idx, keys = idx[:1], idx[:1] // its home gate holds it, or says where
+		case off == 0 && gates > 1+4:
+			keys = append(slices.Clip(idx), 0) // is it sealed?
+		case sold && !sealed:
+			keys = append(slices.Clip(idx), home)
 		}
-		gs, err := st.probeGates(ctx, a, idx, tok, now)
+		gs, err := st.probeGates(ctx, a, keys, tok, now)
 		if err != nil {
 			return nil, nil, "", err
 		}
-		for _, g := range gs {
+		switch {
+		case a.Releasable:
+		case off == 0 && gates > 1+4:
+			sold = gs[len(idx)] != nil && gs[len(idx)].SoldOut
+			if sold && gs[0] != nil {
+				reach = gs[0].Reach
+			}
+		case sold && !sealed:
+			if gs[len(idx)] == nil {
+				return nil, nil, "", ErrUnavailable
+			}
+			reach, sealed = gs[len(idx)].Reach, true
+		}
+		for k, g := range gs[:len(idx)] {
+			if sealed && off+k > reach {
+				return nil, nil, "", nil
+			}
 			switch {
 			case g == nil:
 				return nil, nil, "", nil // a gate nothing was written to: the search ends here

@@ -1,0 +1,5 @@
+//go:build !race
+
+package action
+
+const raceDetector = false
