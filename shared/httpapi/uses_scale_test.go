@@ -181,15 +181,16 @@ func TestExactlyNUnderLostAnswers(t *testing.T) {
 
 // soldOutAnswers sends every buyer's take again without its key, one after
 // another, to a coupon whose maxUses were all taken (taken: useId → usedAt
-// answered), then cancels it and sends them all again: each that holds a
-// use answers its 200, the others 409 no_uses_left (410 canceled once it
-// is canceled). None reads a gate further along its probe sequence than
+// answered), then cancels it and sends them all again, without their keys
+// and with them: each that holds a use answers its 200, the others 409
+// no_uses_left (410 canceled once it is canceled; with its key, its first
+// answer, 409). None reads a gate further along its probe sequence than
 // its home gate's reach, the record of how far any use of a useId homed
 // there lies, made exact when the take that found every gate full sealed
 // the action: a take is its 2 UpdateItems (none once canceled) and the
 // BatchGetItems that cover positions up to the reach (4 gates and gate 0 at
-// first, then 8 and the home gate again, 16, 32, …): 2 up to a reach of
-// 12, at any maxUses. (Before gates kept a reach, a refused take read every
+// first, then 8 and the home gate again, 16, 32, …): 2 while the reach is
+// under 12, at any maxUses. (Before gates kept a reach, a refused take read every
 // gate: 417 BatchGetItems at a million uses.)
 func soldOutAnswers(t *testing.T, env *testkit.Env, id string, maxUses, takers int, taken map[string]string) {
 	t.Helper()
@@ -211,12 +212,16 @@ func soldOutAnswers(t *testing.T, env *testkit.Env, id string, maxUses, takers i
 			reach[i], _ = strconv.Atoi(r.Value)
 		}
 	}
-	send := func(round string, refusal int, code string, from, writes int) (batches int) {
+	send := func(round string, refusal int, code string, keyed bool, writes, every int) (batches int) {
 		env.Counter.Take()
 		held, refused := 0, 0
-		for i := range takers {
+		for i := 0; i < takers; i += every {
 			useID := fmt.Sprintf("buyer-%d", i)
-			r := do(t, env, "POST", "/actions/"+id+"/consume", fmt.Sprintf(`{"useId":%q}`, useID))
+			var key []string
+			if keyed {
+				key = []string{"Idempotency-Key", fmt.Sprintf("order-%d", i)}
+			}
+			r := do(t, env, "POST", "/actions/"+id+"/consume", fmt.Sprintf(`{"useId":%q}`, useID), key...)
 			switch at := taken[useID]; {
 			case at != "" && r.Status == 200 && r.Str("usedAt") == at:
 				held++
@@ -227,29 +232,27 @@ func soldOutAnswers(t *testing.T, env *testkit.Env, id string, maxUses, takers i
 			}
 			got := env.Counter.Take()
 			h := action.HomeGate(action.UseToken(useID), gates)
-			// The first read (4 gates and gate 0), the next (8, and the home
-			// gate again), then one for each further batch up to the reach.
-			last := min(max(reach[h], uses[h]), gates-1)
-			most := 2
-			for pos, n := from+12, 16; pos <= last; pos, n = pos+n, min(n*2, 100) {
-				most++
-			}
+			most := mostReads(min(max(reach[h], uses[h]), gates-1))
 			if got["UpdateItem"] != writes || got["BatchGetItem"] > most || got["GetItem"] > 1 || len(got) > 3 {
 				t.Fatalf("%s: %s sent again (home gate's reach %d): %v; want %d UpdateItem and at most %d BatchGetItem",
 					round, useID, reach[h], got, writes, most)
 			}
 			batches += got["BatchGetItem"]
 		}
-		if held != maxUses || refused != takers-maxUses {
+		if every == 1 && (held != maxUses || refused != takers-maxUses) {
 			t.Fatalf("%s: %d held, %d refused; want %d and %d", round, held, refused, maxUses, takers-maxUses)
 		}
 		return batches
 	}
-	sold := send("sold out", 409, "no_uses_left", 1, 2)
+	sold := send("sold out", 409, "no_uses_left", false, 2, 1)
 	if r := do(t, env, "POST", "/actions/"+id+"/cancel", `{}`); r.Status != 200 {
 		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
 	}
-	canceled := send("canceled", 410, "canceled", 0, 0)
+	// Once canceled, every 5th buyer: without its key, then with it (its
+	// first answer again, 200 or the 409 it was refused: its record's
+	// write, refused, reads it).
+	canceled := send("canceled", 410, "canceled", false, 0, 5)
+	keyed := send("canceled, keyed", 409, "no_uses_left", true, 1, 5)
 	if _, ok := gate(0)["so"]; !ok && gates > 5 {
 		t.Fatal("gate 0 does not say the action is sold out")
 	}
@@ -259,8 +262,20 @@ func soldOutAnswers(t *testing.T, env *testkit.Env, id string, maxUses, takers i
 		}
 	}
 	slices.Sort(reach)
-	t.Logf("sold out, %d gates (reach: median %d, max %d): %d takes sent again read %d BatchGetItems, %d once canceled (reading every gate: %d each)",
-		gates, reach[gates/2], reach[gates-1], takers, sold, canceled, readAll(gates))
+	t.Logf("sold out, %d gates (reach: median %d, max %d): %d takes sent again read %d BatchGetItems; once canceled, %d of them %d, and %d with their keys (reading every gate: %d each)",
+		gates, reach[gates/2], reach[gates-1], takers, sold, takers/5, canceled, keyed, readAll(gates))
+}
+
+// mostReads is how many BatchGetItems a take or search of a sealed coupon
+// reads at most for a useId whose home gate's reach is reach: the first
+// read (4 gates and gate 0), the next (8, and the home gate again), then
+// one for each further batch (16, 32, … up to 100) up to the reach.
+func mostReads(reach int) int {
+	most := 2
+	for pos, n := 13, 16; pos <= reach; pos, n = pos+n, min(n*2, 100) {
+		most++
+	}
+	return most
 }
 
 // readAll is how many BatchGetItems a take reads when it reads every gate
@@ -273,65 +288,3 @@ func readAll(gates int) int {
 	return n
 }
 
-// TestSealRecordsTheReachTakesLeftUnrecorded: a take raises its home
-// gate's reach after its use is written, so one that stopped between the
-// two (or one made before gates kept a reach) leaves it short. The take
-// that finds every gate full seals the action: it reads every gate and
-// raises each reach to the furthest use of a useId homed there, then marks
-// gate 0, and only after that does a take stop at a reach. Here every
-// reach is taken off a full 720-use coupon (30 gates) before its first
-// refusal: after it, each of the 720 useIds sent again without a key
-// answers its 200, and a new one 409 no_uses_left.
-func TestSealRecordsTheReachTakesLeftUnrecorded(t *testing.T) {
-	t.Parallel()
-	env := testkit.NewEnv(t)
-	maxUses := 30 * action.GateSeats
-	gates := action.Gates(maxUses)
-	create(t, env, fmt.Sprintf(`{"actionId":"tix","userId":"u","maxUses":%d}`, maxUses))
-	var mu sync.Mutex
-	taken := map[string]string{}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i := range maxUses {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			useID := fmt.Sprintf("fan-%d", i)
-			r, err := testkit.Send(client, "POST", env.URL+"/actions/tix/consume", fmt.Sprintf(`{"useId":%q}`, useID))
-			if err != nil || r.Status != 200 {
-				t.Errorf("take %s: %v %v", useID, err, r)
-				return
-			}
-			mu.Lock()
-			taken[useID] = r.Str("usedAt")
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	recorded := 0
-	for i := range gates {
-		pk := fmt.Sprintf("%s%d#tix", store.GatePrefix, i)
-		if r, ok := rawItem(t, env, pk)["r"].(*types.AttributeValueMemberN); ok && r.Value != "0" {
-			recorded++
-		}
-		setAttr(t, env, pk, "r", nil)
-	}
-	if recorded == 0 {
-		t.Fatal("no take went past its home gate: nothing to unrecord")
-	}
-	if r := do(t, env, "POST", "/actions/tix/consume", `{"useId":"late-0"}`); r.Status != 409 || r.Str("error") != "no_uses_left" {
-		t.Fatalf("a take of a full coupon: %d %s", r.Status, r.Raw)
-	}
-	if _, ok := rawItem(t, env, store.GatePrefix+"0#tix")["so"]; !ok {
-		t.Fatal("the refused take did not seal the action")
-	}
-	for useID, at := range taken {
-		if r := do(t, env, "POST", "/actions/tix/consume", fmt.Sprintf(`{"useId":%q}`, useID)); r.Status != 200 || r.Str("usedAt") != at {
-			t.Fatalf("%s (usedAt %s) sent again after the seal: %d %s", useID, at, r.Status, r.Raw)
-		}
-	}
-	if r := do(t, env, "POST", "/actions/tix/consume", `{"useId":"late-1"}`); r.Status != 409 || r.Str("error") != "no_uses_left" {
-		t.Fatalf("a take of a sealed coupon: %d %s", r.Status, r.Raw)
-	}
-	t.Logf("%d of %d gates' reaches taken off before the seal", recorded, gates)
-}

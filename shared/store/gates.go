@@ -52,6 +52,7 @@ const (
 	gLast    = "lr"  // the last release's token, record and time (binary), for its event
 	gReach   = "r"   // not releasable: the furthest probe position of a use of a useId homed here (absent: 0)
 	gSoldOut = "so"  // gate 0, not releasable: every gate found full, and every reach made exact (ms)
+	gSealing = "sx"  // gate 0, not releasable: a take is sealing the action until then (ms)
 )
 
 // IsUseItem reports whether a partition key is a gate's or a use record's.
@@ -502,7 +503,7 @@ func (st *Store) closeGates(ctx context.Context, a *action.Action, c Cancel, ttl
 			// created it meanwhile (then close that one).
 			tomb := closing().Set(expression.Name(gAction), expression.Value(a.CreatedAt.UnixMilli())).
 				Set(expression.Name(gHeld), expression.Value(0)).
-				Remove(expression.Name(gReach)).Remove(expression.Name(gSoldOut))
+				Remove(expression.Name(gReach)).Remove(expression.Name(gSoldOut)).Remove(expression.Name(gSealing))
 			none := expression.AttributeNotExists(expression.Name(attrID))
 			if old != nil {
 				for tok := range old.Entries {

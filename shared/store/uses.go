@@ -303,7 +303,8 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	// action canceled or expired since (as a closed gate answers it): read
 	// where it lives; else the refusal, from the item.
 	var held *action.Entry
-	if closed != nil && !isCode(closed, action.CodeNotActive) {
+	searched := closed != nil && !isCode(closed, action.CodeNotActive)
+	if searched {
 		if held, err = st.findUse(ctx, a, action.UseToken(t.UseID), now); err != nil {
 			return nil, err
 		}
@@ -355,7 +356,7 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 		if !same {
 			return nil, errors.New("store: a take's record is another call's") // only two calls of one name could
 		}
-		done, ans, err := st.resolveTake(ctx, a, prior, tok, now)
+		done, ans, err := st.resolveTake(ctx, a, prior, tok, now, held, searched)
 		if done || err != nil {
 			return ans, err
 		}
@@ -367,6 +368,16 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	// start: the reads and writes before it may have been slow.
 	at := action.Millis(now.Add(time.Since(start)))
 	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: at}, at)
+	if code := refusalCode(err); code == action.CodeCanceled || code == action.CodeExpired {
+		// A gate says the action closed since this instance read it: a
+		// useId that holds a use still answers as its first take.
+		switch held, ferr := st.findUse(ctx, a, tok, now); {
+		case ferr != nil:
+			err = ferr
+		case held != nil:
+			p, err = held, nil
+		}
+	}
 	if err != nil {
 		if code := refusalCode(err); keyed && code != "" {
 			if ferr := st.finishRecord(ctx, a, rec.Ref, rec.Holder, code, "", time.Time{}, time.Time{}); ferr != nil {
@@ -390,10 +401,11 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 
 // resolveTake answers a take call re-sent (its record was there): from the
 // record when it has an outcome; else from the gate, when the call's use
-// is held or was released since. done is false when the call's gate write
-// never landed: the caller then makes it (the same entry, so a write that
-// lands twice is one use).
-func (st *Store) resolveTake(ctx context.Context, a *action.Action, r *action.UseRecord, tok string, now time.Time) (bool, *Taken, error) {
+// is held or was released since (held is the useId's use when the caller
+// searched already). done is false when the call's gate write never
+// landed: the caller then makes it (the same entry, so a write that lands
+// twice is one use).
+func (st *Store) resolveTake(ctx context.Context, a *action.Action, r *action.UseRecord, tok string, now time.Time, held *action.Entry, searched bool) (bool, *Taken, error) {
 	ans := &Taken{Action: a, UseID: r.UseID, Write: r.Write, Replayed: true}
 	switch r.Outcome {
 	case action.OutcomeOK:
@@ -407,9 +419,12 @@ func (st *Store) resolveTake(ctx context.Context, a *action.Action, r *action.Us
 		ans.UsedAt = r.UsedAt // its use was released since
 		return true, ans, nil
 	}
-	e, err := st.findUse(ctx, a, tok, now)
-	if err != nil {
-		return false, nil, err
+	e := held
+	if !searched {
+		var err error
+		if e, err = st.findUse(ctx, a, tok, now); err != nil {
+			return false, nil, err
+		}
 	}
 	if e != nil && e.Ref == r.Ref {
 		ans.UsedAt = e.At
@@ -544,10 +559,8 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 	}
 	if !sold && gates > 1+4 {
 		// Every gate was found full (an action of 5 gates or fewer has
-		// them all read by the first read anyway). Best effort: a seal that
-		// fails (a dependency fault) is made by the next take that finds
-		// them so.
-		_ = st.seal(ctx, a, now)
+		// them all read by the first read anyway).
+		st.seal(ctx, a, now)
 	}
 	return nil, action.Reject(action.CodeNoUsesLeft, a)
 }
@@ -583,15 +596,29 @@ func (st *Store) raiseReach(ctx context.Context, a *action.Action, home, pos int
 const (
 	sealReads = 8 * batchGetMax
 	sealFixes = 1000
+	sealLease = callPatience
 )
 
 // seal is run when every gate of a (not releasable) was found full: then no
-// use is ever taken or given back again. It reads every gate, raises each
-// home gate's reach to the furthest use of a useId homed there (where a
-// take stopped before it raised it), then marks gate 0 sold out: from then
-// on a take, or a search for a useId's use, reads no gate past the useId's
-// home gate's reach.
-func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) error {
+// use is ever taken or given back again. It claims gate 0 for sealLease
+// (one conditional write: none when the action is sealed already, or
+// another take is sealing it), reads every gate, raises each home gate's
+// reach to the furthest use of a useId homed there (where a take stopped
+// before it raised it), then marks gate 0 sold out: from then on a take,
+// or a search for a useId's use, reads no gate past the useId's home
+// gate's reach. Best effort: a seal that stops (a dependency fault, a
+// crash) is made by a take that finds the gates full after its claim
+// lapsed.
+func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) {
+	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	claim := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+		And(expression.AttributeNotExists(expression.Name(gSoldOut))).
+		And(expression.AttributeNotExists(expression.Name(gSealing)).Or(expression.Name(gSealing).LessThan(expression.Value(now.UnixMilli()))))
+	_, _, failed, err := st.exprWrite(ctx, gateKey(itemKey, 0),
+		expression.Set(expression.Name(gSealing), expression.Value(now.Add(sealLease).UnixMilli())), &claim, types.ReturnValueNone)
+	if err != nil || failed {
+		return
+	}
 	gates := action.Gates(a.MaxUses)
 	furthest, recorded := make([]int, gates), make([]int, gates)
 	for off := 0; off < gates; off += sealReads {
@@ -601,11 +628,11 @@ func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) erro
 		}
 		gs, err := st.readGates(ctx, a, idx, now)
 		if err != nil {
-			return err
+			return
 		}
 		for k, g := range gs {
 			if g == nil || !g.Full() {
-				return nil // not every gate is this action's and full (a ttl passed)
+				return // not every gate is this action's and full (a ttl passed)
 			}
 			recorded[idx[k]] = g.Reach
 			for tok := range g.Entries {
@@ -632,26 +659,25 @@ func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) erro
 		})
 	}
 	wg.Wait()
-	if !done {
-		return nil
-	}
-	// Every reach read again: a raise that failed leaves the seal undone.
+	// Every reach raised read again: one that failed leaves the seal undone.
 	for off := 0; off < len(fix); off += sealReads {
 		part := fix[off:min(off+sealReads, len(fix))]
 		gs, err := st.readGates(ctx, a, part, now)
 		if err != nil {
-			return err
+			return
 		}
 		for k, g := range gs {
 			if g == nil || g.Reach < furthest[part[k]] {
-				return ErrUnavailable
+				return
 			}
 		}
 	}
+	mark := expression.Set(expression.Name(gSoldOut), expression.Value(now.UnixMilli()))
+	if !done {
+		mark = expression.Remove(expression.Name(gSealing)) // the next refused take seals on
+	}
 	cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli()))
-	_, _, _, err := st.exprWrite(ctx, gateKey(tenant.ItemKey(a.Tenant, a.ID), 0),
-		expression.Set(expression.Name(gSoldOut), expression.Value(now.UnixMilli())), &cond, types.ReturnValueNone)
-	return err
+	_, _, _, _ = st.exprWrite(ctx, gateKey(itemKey, 0), mark, &cond, types.ReturnValueNone)
 }
 
 // takeAt writes the useId's entry into gate i with one conditional write,
@@ -823,7 +849,9 @@ func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now t
 	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
 	reach, sold, sealed := gates, false, false // see place
 	var err error
-	for off, n := 0, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
+	// Read as a take reads after its home gate (4, then 8, 16, …), the home
+	// gate with the first.
+	for off, n := 0, 1+4; off < gates; off, n = off+n, min(off+n+3, batchGetMax) {
 		if sold && off > reach {
 			if !sealed {
 				if reach, err = st.sealedReach(ctx, a, home, tok, now); err != nil {
@@ -897,8 +925,11 @@ func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now t
 			}
 		}
 		if a.Releasable {
-			break
+			return nil, nil, "", nil
 		}
+	}
+	if !sold && gates > 1+4 {
+		st.seal(ctx, a, now) // every gate was found full (see place)
 	}
 	return nil, nil, "", nil
 }
