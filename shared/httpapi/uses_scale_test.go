@@ -287,4 +287,3 @@ func readAll(gates int) int {
 	}
 	return n
 }
-

@@ -365,3 +365,63 @@ func TestHolderAnswersOnAnInstanceThatHasNotSeenTheCancel(t *testing.T) {
 		t.Fatalf("the holder's answer differs between instances:\nA %s\nB %s", ra.Raw, rb.Raw)
 	}
 }
+
+// TestSmallCouponRecordsNoReach: a coupon of 5 gates or fewer is never
+// sealed (its first read covers every gate), so a take past its home gate
+// writes no reach: 3 UpdateItems (its record, the full home gate, its
+// gate) and 2 write units, as before gates kept a reach.
+func TestSmallCouponRecordsNoReach(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	maxUses := 2 * action.GateSeats
+	gates := action.Gates(maxUses)
+	create(t, env, fmt.Sprintf(`{"actionId":"sm","userId":"u","maxUses":%d}`, maxUses))
+	used := map[string]bool{}
+	takeEach(t, env, "sm", homedIDs("f", gates, 0, action.GateCap(maxUses, 0), used))
+	x := homedIDs("x", gates, 0, 1, used)[0]
+	env.Counter.Take()
+	r := do(t, env, "POST", "/actions/sm/consume", fmt.Sprintf(`{"useId":%q}`, x))
+	got := env.Counter.Take()
+	lines := logLines(t, env, "POST /actions/{actionId}/consume")
+	_, reach := rawItem(t, env, store.GatePrefix+"0#sm")["r"]
+	if r.Status != 200 || got["UpdateItem"] != 3 || lines[len(lines)-1]["writeUnits"] != 2.0 || reach {
+		t.Fatalf("a take past its full home gate on a 2-gate coupon: %d %v, %v write units, reach written %v; want 200, 3 UpdateItem, 2 write units, no reach",
+			r.Status, got, lines[len(lines)-1]["writeUnits"], reach)
+	}
+}
+
+// TestStaleInstanceRefusalCostsAsBefore: a take of a useId with no use,
+// sent to an API instance whose copy of the action predates another
+// instance's cancel, is refused by its home gate, which shows the use
+// could lie nowhere else (not full; releasable: no forward for it): 410,
+// and no search (its GetItem reads the action again), on a releasable
+// action, a 1-gate and a 5-gate coupon.
+func TestStaleInstanceRefusalCostsAsBefore(t *testing.T) {
+	t.Parallel()
+	a := testkit.NewEnv(t)
+	b := testkit.NewEnv(t, func(o *server.Options) { o.Table = a.Table })
+	for _, tc := range []struct{ id, body string }{
+		{"rl", `{"actionId":"rl","userId":"u","maxUses":3,"releasable":true}`},
+		{"cp", `{"actionId":"cp","userId":"u","maxUses":3}`},
+		{"cp5", fmt.Sprintf(`{"actionId":"cp5","userId":"u","maxUses":%d}`, 5*action.GateSeats)},
+	} {
+		create(t, a, tc.body)
+		takeEach(t, a, tc.id, []string{"h1"}) // a's copy of the action, open
+		if c := do(t, b, "POST", "/actions/"+tc.id+"/cancel", `{}`); c.Status != 200 {
+			t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+		}
+		a.Counter.Take()
+		for _, keyed := range []bool{false, true} {
+			var key []string
+			want := map[string]int{"BatchGetItem": 1, "GetItem": 1, "UpdateItem": 2}
+			if keyed {
+				key, want["UpdateItem"] = []string{"Idempotency-Key", "k-" + tc.id}, 3
+			}
+			r := do(t, a, "POST", "/actions/"+tc.id+"/consume", fmt.Sprintf(`{"useId":"fresh-%v"}`, keyed), key...)
+			if got := a.Counter.Take(); r.Status != 410 || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s (keyed %v): a useId with no use, on an instance that has not seen the cancel: %d %v; want 410 and %v",
+					tc.id, keyed, r.Status, got, want)
+			}
+		}
+	}
+}

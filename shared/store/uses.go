@@ -368,16 +368,6 @@ func (st *Store) Take(ctx context.Context, id string, t Take) (_ *Taken, err err
 	// start: the reads and writes before it may have been slow.
 	at := action.Millis(now.Add(time.Since(start)))
 	p, err := st.place(ctx, a, tok, action.Entry{Ref: rec.Ref, At: at}, at)
-	if code := refusalCode(err); code == action.CodeCanceled || code == action.CodeExpired {
-		// A gate says the action closed since this instance read it: a
-		// useId that holds a use still answers as its first take.
-		switch held, ferr := st.findUse(ctx, a, tok, now); {
-		case ferr != nil:
-			err = ferr
-		case held != nil:
-			p, err = held, nil
-		}
-	}
 	if err != nil {
 		if code := refusalCode(err); keyed && code != "" {
 			if ferr := st.finishRecord(ctx, a, rec.Ref, rec.Holder, code, "", time.Time{}, time.Time{}); ferr != nil {
@@ -478,7 +468,7 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 	home := action.HomeGate(tok, gates)
 	p, g, err := st.takeAt(ctx, a, home, tok, e, now)
 	if p != nil || err != nil {
-		return p, err
+		return st.orHeld(ctx, a, tok, now, p, g, err)
 	}
 	if a.Releasable {
 		return st.placeForwarded(ctx, a, home, g, tok, e, now)
@@ -540,18 +530,18 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 						return &held, nil
 					}
 					if err := action.GateRefusal(a, g, now); err != nil {
-						return nil, err
+						return st.orHeld(ctx, a, tok, now, nil, g, err)
 					}
 					if g.Full() {
 						break
 					}
 				}
 				p, g2, err := st.takeAt(ctx, a, i, tok, e, now)
-				if p != nil && p.Ref == e.Ref && pos > reach {
+				if p != nil && p.Ref == e.Ref && pos > reach && gates > 1+4 {
 					st.raiseReach(ctx, a, home, pos)
 				}
 				if p != nil || err != nil {
-					return p, err
+					return st.orHeld(ctx, a, tok, now, p, g2, err)
 				}
 				g = g2
 			}
@@ -563,6 +553,28 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 		st.seal(ctx, a, now)
 	}
 	return nil, action.Reject(action.CodeNoUsesLeft, a)
+}
+
+// orHeld is what a take's write into gate g gave (p, err); but when g
+// refused it as canceled or expired (this instance's copy of the action
+// predates that) and the useId's use may lie past g (a coupon's gate
+// filled by takes, or a forward for it), it is the use the useId holds, if
+// any: a useId that holds a use answers as its first take.
+func (st *Store) orHeld(ctx context.Context, a *action.Action, tok string, now time.Time, p *action.Entry, g *action.Gate, err error) (*action.Entry, error) {
+	if code := refusalCode(err); g == nil || code != action.CodeCanceled && code != action.CodeExpired {
+		return p, err
+	}
+	if _, fwd := g.Forwards[tok]; !fwd && (a.Releasable || g.Held == 0 || !g.Full()) {
+		return nil, err // (a gate a cancel made holds nothing)
+	}
+	held, ferr := st.findUse(ctx, a, tok, now)
+	switch {
+	case ferr != nil:
+		return nil, ferr
+	case held != nil:
+		return held, nil
+	}
+	return nil, err
 }
 
 // sealedReach reads the reach of the home gate of a sealed action (gate 0
@@ -614,8 +626,9 @@ func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) {
 	claim := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 		And(expression.AttributeNotExists(expression.Name(gSoldOut))).
 		And(expression.AttributeNotExists(expression.Name(gSealing)).Or(expression.Name(gSealing).LessThan(expression.Value(now.UnixMilli()))))
+	until := now.Add(sealLease).UnixMilli()
 	_, _, failed, err := st.exprWrite(ctx, gateKey(itemKey, 0),
-		expression.Set(expression.Name(gSealing), expression.Value(now.Add(sealLease).UnixMilli())), &claim, types.ReturnValueNone)
+		expression.Set(expression.Name(gSealing), expression.Value(until)), &claim, types.ReturnValueNone)
 	if err != nil || failed {
 		return
 	}
@@ -676,8 +689,9 @@ func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) {
 	if !done {
 		mark = expression.Remove(expression.Name(gSealing)) // the next refused take seals on
 	}
-	cond := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli()))
-	_, _, _, _ = st.exprWrite(ctx, gateKey(itemKey, 0), mark, &cond, types.ReturnValueNone)
+	mine := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
+		And(expression.Name(gSealing).Equal(expression.Value(until))) // a seal that outlived its claim leaves it to the next
+	_, _, _, _ = st.exprWrite(ctx, gateKey(itemKey, 0), mark, &mine, types.ReturnValueNone)
 }
 
 // takeAt writes the useId's entry into gate i with one conditional write,
@@ -762,7 +776,7 @@ func (st *Store) takeAt(ctx context.Context, a *action.Action, i int, tok string
 			if old.Closed {
 				err = st.finishCancel(ctx, a, old)
 			}
-			return nil, nil, err
+			return nil, old, err
 		}
 		if _, ok := old.Forwards[tok]; ok || old.Full() {
 			return nil, old, nil
