@@ -121,7 +121,10 @@ func TestLargestKeyItemFits(t *testing.T) {
 		t.Fatalf("claim again: %v", err)
 	}
 	response := []byte(`"` + strings.Repeat("r", idempotency.MaxResponseBytes-2) + `"`)
-	if _, err := table.Complete(ctx, key, claim.Token, response, claim.Now); err != nil {
+	// A Replay is this same complete, applied, its answer lost and the SDK
+	// re-sending it (seen on a busy machine, where a 400 KB write is slow).
+	var replay *idempotency.Replay
+	if _, err := table.Complete(ctx, key, claim.Token, response, claim.Now); err != nil && !errors.As(err, &replay) {
 		t.Fatalf("complete with a response of MaxResponseBytes: %v", err)
 	}
 	if k, err := table.Get(ctx, key, claim.Now); err != nil || len(k.Response) != idempotency.MaxResponseBytes {
