@@ -65,6 +65,15 @@ func takeEach(t *testing.T, env *testkit.Env, id string, ids []string) map[strin
 	return taken
 }
 
+// coupon creates a coupon of the given number of full gates and returns
+// its maxUses and gates.
+func coupon(t *testing.T, env *testkit.Env, id string, gates int) (maxUses, n int) {
+	t.Helper()
+	maxUses = gates * action.GateSeats
+	create(t, env, fmt.Sprintf(`{"actionId":%q,"userId":"u","maxUses":%d}`, id, maxUses))
+	return maxUses, action.Gates(maxUses)
+}
+
 // fill takes every use of a coupon of maxUses, with useIds prefix-i.
 func fill(t *testing.T, env *testkit.Env, id, prefix string, maxUses int) map[string]string {
 	t.Helper()
@@ -92,9 +101,7 @@ func sealed(t *testing.T, env *testkit.Env, id string) bool {
 func TestSealRecordsTheReachTakesLeftUnrecorded(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
-	maxUses := 30 * action.GateSeats
-	gates := action.Gates(maxUses)
-	create(t, env, fmt.Sprintf(`{"actionId":"tix","userId":"u","maxUses":%d}`, maxUses))
+	maxUses, gates := coupon(t, env, "tix", 30)
 	taken := fill(t, env, "tix", "fan", maxUses)
 	recorded := 0
 	for i := range gates {
@@ -183,9 +190,7 @@ func TestSoldOutThenClosedIsSealedByItsSearch(t *testing.T) {
 func TestSealedTakeReadsUpToItsReach(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
-	maxUses := 13 * action.GateSeats
-	gates := action.Gates(maxUses)
-	create(t, env, fmt.Sprintf(`{"actionId":"cp","userId":"u","maxUses":%d}`, maxUses))
+	maxUses, gates := coupon(t, env, "cp", 13)
 	used := map[string]bool{}
 	x := homedIDs("x", gates, 7, 1, used)[0]
 	tok := action.UseToken(x)
@@ -342,9 +347,7 @@ func TestHolderAnswersOnAnInstanceThatHasNotSeenTheCancel(t *testing.T) {
 	t.Parallel()
 	a := testkit.NewEnv(t)
 	b := testkit.NewEnv(t, func(o *server.Options) { o.Table = a.Table })
-	maxUses := 2 * action.GateSeats
-	gates := action.Gates(maxUses)
-	create(t, a, fmt.Sprintf(`{"actionId":"c2","userId":"u","maxUses":%d}`, maxUses))
+	maxUses, gates := coupon(t, a, "c2", 2)
 	used := map[string]bool{}
 	x := homedIDs("x", gates, 0, 1, used)[0]
 	takeEach(t, a, "c2", homedIDs("f", gates, 0, action.GateCap(maxUses, 0), used))
@@ -373,9 +376,7 @@ func TestHolderAnswersOnAnInstanceThatHasNotSeenTheCancel(t *testing.T) {
 func TestSmallCouponRecordsNoReach(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
-	maxUses := 2 * action.GateSeats
-	gates := action.Gates(maxUses)
-	create(t, env, fmt.Sprintf(`{"actionId":"sm","userId":"u","maxUses":%d}`, maxUses))
+	maxUses, gates := coupon(t, env, "sm", 2)
 	used := map[string]bool{}
 	takeEach(t, env, "sm", homedIDs("f", gates, 0, action.GateCap(maxUses, 0), used))
 	x := homedIDs("x", gates, 0, 1, used)[0]

@@ -481,47 +481,23 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 	// the first: once it says every gate is full (sealed), no use of a
 	// useId homed here is past the home gate's reach, and nothing further
 	// is read.
-	reach, sold, sealed := g.Reach, false, false
+	sv := sealView{st: st, a: a, tok: tok, home: home, gates: gates, first: 1, reach: g.Reach, now: now}
 	step := action.ProbeStep(tok, gates)
 	for off, n := 1, 4; off < gates; off, n = off+n, min(n*2, batchGetMax) {
-		if sold && off > reach {
-			if !sealed {
-				if reach, err = st.sealedReach(ctx, a, home, tok, now); err != nil {
-					return nil, err
-				}
-				sealed = true
-			}
-			if off > reach {
-				return nil, action.Reject(action.CodeNoUsesLeft, a)
-			}
+		if past, err := sv.before(ctx, off); past || err != nil {
+			return nil, refusedOr(err, a)
 		}
 		idx := make([]int, 0, n)
 		for k := off; k < min(off+n, gates); k++ {
 			idx = append(idx, (home+k*step)%gates)
 		}
-		keys := idx
-		switch {
-		case off == 1 && gates > 1+4:
-			keys = append(slices.Clip(idx), 0) // is it sealed?
-		case sold && !sealed:
-			keys = append(slices.Clip(idx), home) // its reach, read after the seal's mark
-		}
-		gs, err := st.probeGates(ctx, a, keys, tok, now)
+		gs, err := sv.read(ctx, off, idx)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case off == 1 && gates > 1+4:
-			sold = gs[len(idx)] != nil && gs[len(idx)].SoldOut
-		case sold && !sealed:
-			if gs[len(idx)] == nil {
-				return nil, ErrUnavailable // a sealed action's gate went (a ttl passed)
-			}
-			reach, sealed = gs[len(idx)].Reach, true
-		}
 		for k, i := range idx {
 			pos := off + k
-			if sealed && pos > reach {
+			if sv.past(pos) {
 				return nil, action.Reject(action.CodeNoUsesLeft, a)
 			}
 			for g := gs[k]; ; {
@@ -537,7 +513,7 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 					}
 				}
 				p, g2, err := st.takeAt(ctx, a, i, tok, e, now)
-				if p != nil && p.Ref == e.Ref && pos > reach && gates > 1+4 {
+				if p != nil && p.Ref == e.Ref && pos > sv.reach && sealable(gates) {
 					st.raiseReach(ctx, a, home, pos)
 				}
 				if p != nil || err != nil {
@@ -547,12 +523,102 @@ func (st *Store) place(ctx context.Context, a *action.Action, tok string, e acti
 			}
 		}
 	}
-	if !sold && gates > 1+4 {
-		// Every gate was found full (an action of 5 gates or fewer has
-		// them all read by the first read anyway).
-		st.seal(ctx, a, now)
-	}
+	sv.allFull(ctx)
 	return nil, action.Reject(action.CodeNoUsesLeft, a)
+}
+
+// refusedOr is err, or the action's no_uses_left when there is none.
+func refusedOr(err error, a *action.Action) error {
+	if err != nil {
+		return err
+	}
+	return action.Reject(action.CodeNoUsesLeft, a)
+}
+
+// sealable: an action that is not releasable, of more than 5 gates, is
+// sealed once sold out (a smaller one's first read covers every gate).
+func sealable(gates int) bool { return gates > 1+4 }
+
+// sealView follows, along one useId's probe order (from position first:
+// 1 for a take, which wrote its home gate, 0 for a search), whether the
+// action is sealed, and then its home gate's reach: gate 0 is read with
+// the first gates, and, once it says sealed, the home gate again (its
+// reach read after the seal's mark is the seal's; the one read before may
+// be older).
+type sealView struct {
+	st                 *Store
+	a                  *action.Action
+	tok                string
+	now                time.Time
+	home, gates, first int
+	reach              int // the home gate's, as last read
+	sold, sealed       bool
+}
+
+// before reports, before the gates from probe position off are read,
+// whether off lies past the sealed reach (nothing further to read).
+func (v *sealView) before(ctx context.Context, off int) (bool, error) {
+	if !v.sold || off <= v.reach {
+		return false, nil
+	}
+	if !v.sealed {
+		gs, err := v.st.probeGates(ctx, v.a, []int{v.home}, v.tok, v.now)
+		if err != nil {
+			return false, err
+		}
+		if err := v.reread(gs[0]); err != nil {
+			return false, err
+		}
+	}
+	return off > v.reach, nil
+}
+
+// read reads the gates idx (probe positions from off), with gate 0 on the
+// first read and the home gate again on the next once gate 0 said sealed.
+func (v *sealView) read(ctx context.Context, off int, idx []int) ([]*action.Gate, error) {
+	keys := idx
+	first, again := off == v.first && sealable(v.gates), v.sold && !v.sealed
+	switch {
+	case first:
+		keys = append(slices.Clip(idx), 0)
+	case again:
+		keys = append(slices.Clip(idx), v.home)
+	}
+	gs, err := v.st.probeGates(ctx, v.a, keys, v.tok, v.now)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case first:
+		v.sold = gs[len(idx)] != nil && gs[len(idx)].SoldOut
+		if v.sold && v.first == 0 && gs[0] != nil {
+			v.reach = gs[0].Reach // the home gate, read with gate 0
+		}
+	case again:
+		if err := v.reread(gs[len(idx)]); err != nil {
+			return nil, err
+		}
+	}
+	return gs[:len(idx)], nil
+}
+
+func (v *sealView) reread(home *action.Gate) error {
+	if home == nil {
+		return ErrUnavailable // a sealed action's gate went (a ttl passed)
+	}
+	v.reach, v.sealed = home.Reach, true
+	return nil
+}
+
+// past reports whether probe position pos lies past the sealed reach.
+func (v *sealView) past(pos int) bool { return v.sealed && pos > v.reach }
+
+// allFull is called when every gate along the probe order was read full:
+// the action is sold out, sealed then unless it is already.
+func (v *sealView) allFull(ctx context.Context) {
+	if !v.sold && sealable(v.gates) {
+		v.st.seal(ctx, v.a, v.now)
+	}
 }
 
 // orHeld is what a take's write into gate g gave (p, err); but when g
@@ -575,19 +641,6 @@ func (st *Store) orHeld(ctx context.Context, a *action.Action, tok string, now t
 		return held, nil
 	}
 	return nil, err
-}
-
-// sealedReach reads the reach of the home gate of a sealed action (gate 0
-// said so): read after that, it is the seal's.
-func (st *Store) sealedReach(ctx context.Context, a *action.Action, home int, tok string, now time.Time) (int, error) {
-	gs, err := st.probeGates(ctx, a, []int{home}, tok, now)
-	if err != nil {
-		return 0, err
-	}
-	if gs[0] == nil {
-		return 0, ErrUnavailable // a sealed action's gate went (a ttl passed)
-	}
-	return gs[0].Reach, nil
 }
 
 // raiseReach records on the home gate of a useId whose use was just
@@ -861,54 +914,30 @@ func (st *Store) findUse(ctx context.Context, a *action.Action, tok string, now 
 func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now time.Time) (*action.Entry, *action.Gate, string, error) {
 	gates := action.Gates(a.MaxUses)
 	home, step := action.HomeGate(tok, gates), action.ProbeStep(tok, gates)
-	reach, sold, sealed := gates, false, false // see place
-	var err error
+	sv := sealView{st: st, a: a, tok: tok, home: home, gates: gates, first: 0, reach: gates, now: now}
 	// Read as a take reads after its home gate (4, then 8, 16, …), the home
 	// gate with the first.
 	for off, n := 0, 1+4; off < gates; off, n = off+n, min(off+n+3, batchGetMax) {
-		if sold && off > reach {
-			if !sealed {
-				if reach, err = st.sealedReach(ctx, a, home, tok, now); err != nil {
-					return nil, nil, "", err
-				}
-				sealed = true
-			}
-			if off > reach {
-				return nil, nil, "", nil // no use of a useId homed there is further
-			}
+		if past, err := sv.before(ctx, off); past || err != nil {
+			return nil, nil, "", err // past: no use of a useId homed there is further
 		}
 		idx := make([]int, 0, n)
 		for k := off; k < min(off+n, gates); k++ {
 			idx = append(idx, (home+k*step)%gates)
 		}
-		keys := idx
-		switch {
-		case a.Releasable:
-			idx, keys = idx[:1], idx[:1] // its home gate holds it, or says where
-		case off == 0 && gates > 1+4:
-			keys = append(slices.Clip(idx), 0) // is it sealed?
-		case sold && !sealed:
-			keys = append(slices.Clip(idx), home)
+		var gs []*action.Gate
+		var err error
+		if a.Releasable {
+			idx = idx[:1] // its home gate holds it, or says where
+			gs, err = st.probeGates(ctx, a, idx, tok, now)
+		} else {
+			gs, err = sv.read(ctx, off, idx)
 		}
-		gs, err := st.probeGates(ctx, a, keys, tok, now)
 		if err != nil {
 			return nil, nil, "", err
 		}
-		switch {
-		case a.Releasable:
-		case off == 0 && gates > 1+4:
-			sold = gs[len(idx)] != nil && gs[len(idx)].SoldOut
-			if sold && gs[0] != nil {
-				reach = gs[0].Reach
-			}
-		case sold && !sealed:
-			if gs[len(idx)] == nil {
-				return nil, nil, "", ErrUnavailable
-			}
-			reach, sealed = gs[len(idx)].Reach, true
-		}
-		for k, g := range gs[:len(idx)] {
-			if sealed && off+k > reach {
+		for k, g := range gs {
+			if sv.past(off + k) {
 				return nil, nil, "", nil
 			}
 			switch {
@@ -942,9 +971,7 @@ func (st *Store) locate(ctx context.Context, a *action.Action, tok string, now t
 			return nil, nil, "", nil
 		}
 	}
-	if !sold && gates > 1+4 {
-		st.seal(ctx, a, now) // every gate was found full (see place)
-	}
+	sv.allFull(ctx)
 	return nil, nil, "", nil
 }
 
