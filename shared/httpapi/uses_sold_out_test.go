@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
+	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/store"
@@ -424,5 +426,32 @@ func TestStaleInstanceRefusalCostsAsBefore(t *testing.T) {
 					tc.id, keyed, r.Status, got, want)
 			}
 		}
+	}
+}
+
+// TestSealClaimAnswerLost: the first late take of a sold-out coupon claims
+// gate 0 to seal it, and that claim's answer is lost after it applied: the
+// SDK re-sends it, and the claim, already there, is the take's own. The
+// take seals the action (it took the re-send's refusal for another
+// sealer's claim, and no take sealed it for the claim's 30 s).
+func TestSealClaimAnswerLost(t *testing.T) {
+	t.Parallel()
+	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{}, 7, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	maxUses, _ := coupon(t, env, "lost", 13)
+	fill(t, env, "lost", "buyer", maxUses)
+	p.PassThenDrop(2, 1) // the take's record and its home gate, then the claim
+	if r := do(t, env, "POST", "/actions/lost/consume", `{"useId":"late-0"}`); r.Status != 409 || r.Str("error") != "no_uses_left" {
+		t.Fatalf("late-0: %d %s", r.Status, r.Raw)
+	}
+	if c := p.Counts(); c.Dropped != 1 {
+		t.Fatalf("fault proxy: %s; want the claim's answer dropped", p)
+	}
+	if !sealed(t, env, "lost") {
+		t.Fatal("the claim's answer was lost, and the take did not seal the action")
 	}
 }

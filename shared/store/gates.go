@@ -52,7 +52,7 @@ const (
 	gLast    = "lr"  // the last release's token, record and time (binary), for its event
 	gReach   = "r"   // not releasable: the furthest probe position of a use of a useId homed here (absent: 0)
 	gSoldOut = "so"  // gate 0, not releasable: every gate found full, and every reach made exact (ms)
-	gSealing = "sx"  // gate 0, not releasable: a take is sealing the action until then (ms)
+	gSealing = "sx"  // gate 0, not releasable: a take is sealing the action until then (ns)
 )
 
 // IsUseItem reports whether a partition key is a gate's or a use record's.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -676,10 +677,15 @@ const (
 // lapsed.
 func (st *Store) seal(ctx context.Context, a *action.Action, now time.Time) {
 	itemKey := tenant.ItemKey(a.Tenant, a.ID)
+	// The claim's lapse in ns, its sub-millisecond part random: a claim
+	// already there with this value is this seal's own, whose answer was
+	// lost and the SDK re-sent.
+	until := now.Add(sealLease).Truncate(time.Millisecond).UnixNano() + mathrand.Int64N(int64(time.Millisecond))
 	claim := expression.Name(gAction).Equal(expression.Value(a.CreatedAt.UnixMilli())).
 		And(expression.AttributeNotExists(expression.Name(gSoldOut))).
-		And(expression.AttributeNotExists(expression.Name(gSealing)).Or(expression.Name(gSealing).LessThan(expression.Value(now.UnixMilli()))))
-	until := now.Add(sealLease).UnixMilli()
+		And(expression.AttributeNotExists(expression.Name(gSealing)).
+			Or(expression.Name(gSealing).LessThan(expression.Value(now.UnixNano()))).
+			Or(expression.Name(gSealing).Equal(expression.Value(until))))
 	_, _, failed, err := st.exprWrite(ctx, gateKey(itemKey, 0),
 		expression.Set(expression.Name(gSealing), expression.Value(until)), &claim, types.ReturnValueNone)
 	if err != nil || failed {
