@@ -455,3 +455,45 @@ func TestSealClaimAnswerLost(t *testing.T) {
 		t.Fatal("the claim's answer was lost, and the take did not seal the action")
 	}
 }
+
+// TestSealStoppedByAnOutageIsMadeAfterItsClaimLapses: the seal's last
+// write (the mark) meets DynamoDB failing every try: the late take still
+// answers its 409, the coupon is left unsealed with gate 0 claimed, a take
+// while the claim holds leaves it so, and the first take after the claim's
+// 30 s seals it.
+func TestSealStoppedByAnOutageIsMadeAfterItsClaimLapses(t *testing.T) {
+	t.Parallel()
+	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{}, 7, "UpdateItem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	maxUses, _ := coupon(t, env, "down", 13)
+	fill(t, env, "down", "buyer", maxUses)
+	late := func(n int) {
+		t.Helper()
+		body := fmt.Sprintf(`{"useId":"late-%d"}`, n)
+		if r := do(t, env, "POST", "/actions/down/consume", body); r.Status != 409 || r.Str("error") != "no_uses_left" {
+			t.Fatalf("late-%d: %d %s", n, r.Status, r.Raw)
+		}
+	}
+	p.PassThenFail(3, 50) // the take's record, its home gate and the claim land; then every write fails
+	late(0)
+	if c := p.Counts(); c.ServerErrors == 0 {
+		t.Fatalf("fault proxy: %s; want the seal's mark refused", p)
+	}
+	p.PassThenFail(0, 0) // DynamoDB is back
+	if sealed(t, env, "down") {
+		t.Fatal("sealed, though the mark never landed")
+	}
+	late(1)
+	if sealed(t, env, "down") {
+		t.Fatal("a take sealed the coupon while another take's claim held")
+	}
+	env.Shift(31 * time.Second)
+	late(2)
+	if !sealed(t, env, "down") {
+		t.Fatal("the claim lapsed, and the next late take did not seal the coupon")
+	}
+}
