@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/exactonce/exactonce/internal/testkit"
-	"github.com/exactonce/exactonce/local/faults"
 	"github.com/exactonce/exactonce/local/server"
 	"github.com/exactonce/exactonce/shared/action"
 	"github.com/exactonce/exactonce/shared/store"
@@ -436,12 +434,7 @@ func TestStaleInstanceRefusalCostsAsBefore(t *testing.T) {
 // sealer's claim, and no take sealed it for the claim's 30 s).
 func TestSealClaimAnswerLost(t *testing.T) {
 	t.Parallel()
-	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{}, 7, "UpdateItem")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	env, p := proxied(t)
 	maxUses, _ := coupon(t, env, "lost", 13)
 	fill(t, env, "lost", "buyer", maxUses)
 	p.PassThenDrop(2, 1) // the take's record and its home gate, then the claim
@@ -463,12 +456,7 @@ func TestSealClaimAnswerLost(t *testing.T) {
 // 30 s seals it.
 func TestSealStoppedByAnOutageIsMadeAfterItsClaimLapses(t *testing.T) {
 	t.Parallel()
-	p, err := faults.Start(testkit.OwnDynamoDB(t), faults.Rates{}, 7, "UpdateItem")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	env := testkit.NewEnv(t, func(o *server.Options) { o.AWS.BaseEndpoint = aws.String(p.URL) })
+	env, p := proxied(t)
 	maxUses, _ := coupon(t, env, "down", 13)
 	fill(t, env, "down", "buyer", maxUses)
 	late := func(n int) {
