@@ -140,8 +140,9 @@ func start(ctx context.Context, dir string, opt Options) (*Instance, error) {
 }
 
 // isDynamoDB sends ListTables to endpoint: it reports whether the answer
-// is DynamoDB's (a JSON body with TableNames, or a DynamoDB error __type),
-// or an error when nothing answered.
+// is DynamoDB's (a JSON body with TableNames: an error of AWS's shape may be
+// another local fake's, such as the event bus's), or an error when nothing
+// answered.
 func isDynamoDB(endpoint string) (bool, error) {
 	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader("{}"))
 	if err != nil {
@@ -159,7 +160,7 @@ func isDynamoDB(endpoint string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return bytes.Contains(body, []byte(`"TableNames"`)) || bytes.Contains(body, []byte(`"__type"`)), nil
+	return bytes.Contains(body, []byte(`"TableNames"`)), nil
 }
 
 // Stop ends the java process (its whole process group) and waits for it.
