@@ -315,16 +315,26 @@ func Send(client *http.Client, method, url, body string, headers ...string) (*Re
 	return out, nil
 }
 
-// NewDeadEnv serves the handlers on a DynamoDB endpoint where nothing
-// listens, to see how they answer a dependency fault.
+// NewDeadEnv serves the handlers on a DynamoDB endpoint that closes every
+// connection unanswered, to see how they answer a dependency fault. It
+// holds its port: one closed would be free for another test's server.
 func NewDeadEnv(t testing.TB) *Env {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
 	dead := "http://" + l.Addr().String()
-	l.Close()
 	logs := &SyncBuffer{}
 	cfg := awsconfig.Local(dead)
 	cfg.Retryer = func() aws.Retryer { // the SDK's retries, with short waits
