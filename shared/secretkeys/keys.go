@@ -71,6 +71,8 @@ func ParseSecret(secret string) (*Keys, error) {
 		if doc.IDs != "" {
 			idSecret = doc.IDs
 		}
+	} else if mangledDocument(secret) {
+		return nil, errors.New("secretkeys: the secret is a JSON document behind a byte-order mark, or encoded again as a JSON string: store the document itself")
 	}
 	k := &Keys{}
 	for i, s := range append(secrets, idSecret) {
@@ -91,6 +93,20 @@ func ParseSecret(secret string) (*Keys, error) {
 	}
 	k.names = names
 	return k, nil
+}
+
+// mangledDocument reports whether secret is a rotation document that a
+// tool mangled on its way in: after a byte-order mark it starts with {, or
+// it is a JSON string whose text does. Taken as one secret, it would change
+// every key at once, and the ids and key digests the rotation keeps.
+func mangledDocument(secret string) bool {
+	bare := func(s string) string { return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "\uFEFF")) }
+	s := bare(secret)
+	var inner string
+	if json.Unmarshal([]byte(s), &inner) == nil {
+		s = bare(inner)
+	}
+	return strings.HasPrefix(s, "{")
 }
 
 func derive(secret []byte) (keySet, error) {

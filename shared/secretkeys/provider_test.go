@@ -79,3 +79,39 @@ func TestIdsAndDigestsSurviveRotation(t *testing.T) {
 		t.Fatal("a fingerprint must match under every listed secret and only those")
 	}
 }
+
+// TestMangledRotationDocumentKeepsTheKeys: a rotation document that a tool
+// mangled on its way into Secrets Manager (a byte-order mark before it, or
+// the whole document encoded again as a JSON string) is refused, not taken
+// as a new single secret: that would change every id and key digest at
+// once, so a keyed re-send across the refresh would act again. A warm
+// function keeps the keys it has; a cold start fails, saying why.
+func TestMangledRotationDocumentKeepsTheKeys(t *testing.T) {
+	doc := `{"current":"` + s2 + `","previous":["` + s1 + `"],"ids":"` + s1 + `"}`
+	for name, mangled := range map[string]string{
+		"byte-order mark":     "\uFEFF" + doc,
+		"encoded twice":       `"{\"current\":\"` + s2 + `\",\"previous\":[\"` + s1 + `\"],\"ids\":\"` + s1 + `\"}"`,
+		"encoded twice, mark": "\uFEFF" + `"{\"current\":\"` + s2 + `\"}"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseSecret(mangled); err == nil {
+				t.Fatalf("ParseSecret(%q) accepted as a secret of its own", mangled)
+			}
+			if _, err := NewProvider(context.Background(), func(context.Context) (string, error) { return mangled, nil }); err == nil {
+				t.Fatal("a cold start took the mangled document")
+			}
+			secret := s1
+			p, err := NewProvider(context.Background(), func(context.Context) (string, error) { return secret, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			p.Now = func() time.Time { return now }
+			before := p.Keys(context.Background())
+			secret, now = mangled, now.Add(p.Refresh)
+			if k := p.Keys(context.Background()); k.KeyDigest("key-1") != before.KeyDigest("key-1") {
+				t.Fatal("a warm function took the mangled document as a new secret: key digests changed")
+			}
+		})
+	}
+}
