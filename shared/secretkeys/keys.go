@@ -72,7 +72,7 @@ func ParseSecret(secret string) (*Keys, error) {
 			idSecret = doc.IDs
 		}
 	} else if mangledDocument(secret) {
-		return nil, errors.New("secretkeys: the secret is a JSON document behind a byte-order mark, or encoded again as a JSON string: store the document itself")
+		return nil, errors.New("secretkeys: the secret is a JSON document behind a byte-order mark or a quote, or encoded again as a JSON string: store the document itself")
 	}
 	k := &Keys{}
 	for i, s := range append(secrets, idSecret) {
@@ -96,15 +96,19 @@ func ParseSecret(secret string) (*Keys, error) {
 }
 
 // mangledDocument reports whether secret is a rotation document that a
-// tool mangled on its way in: after a byte-order mark it starts with {, or
-// it is a JSON string whose text does. Taken as one secret, it would change
-// every key at once, and the ids and key digests the rotation keeps.
+// tool mangled on its way in: behind byte-order marks, zero-width spaces or
+// a shell's single quote it starts with {, or it is a JSON string (encoded
+// once or more) whose text does. Taken as one secret, it would change every
+// key at once, and the ids and key digests the rotation keeps.
 func mangledDocument(secret string) bool {
-	bare := func(s string) string { return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "\uFEFF")) }
-	s := bare(secret)
-	var inner string
-	if json.Unmarshal([]byte(s), &inner) == nil {
-		s = bare(inner)
+	s := secret
+	for range 8 {
+		s = strings.TrimLeft(strings.TrimSpace(s), "\uFEFF\u200B'")
+		var inner string
+		if json.Unmarshal([]byte(s), &inner) != nil {
+			break
+		}
+		s = inner
 	}
 	return strings.HasPrefix(s, "{")
 }

@@ -81,8 +81,9 @@ func TestIdsAndDigestsSurviveRotation(t *testing.T) {
 }
 
 // TestMangledRotationDocumentKeepsTheKeys: a rotation document that a tool
-// mangled on its way into Secrets Manager (a byte-order mark before it, or
-// the whole document encoded again as a JSON string) is refused, not taken
+// mangled on its way into Secrets Manager (a byte-order mark, a zero-width
+// space or a shell's quotes around it, or the whole document encoded again as
+// a JSON string, once or more) is refused, not taken
 // as a new single secret: that would change every id and key digest at
 // once, so a keyed re-send across the refresh would act again. A warm
 // function keeps the keys it has; a cold start fails, saying why.
@@ -92,6 +93,10 @@ func TestMangledRotationDocumentKeepsTheKeys(t *testing.T) {
 		"byte-order mark":     "\uFEFF" + doc,
 		"encoded twice":       `"{\"current\":\"` + s2 + `\",\"previous\":[\"` + s1 + `\"],\"ids\":\"` + s1 + `\"}"`,
 		"encoded twice, mark": "\uFEFF" + `"{\"current\":\"` + s2 + `\"}"`,
+		"encoded three times": `"\"{\\\"current\\\":\\\"` + s2 + `\\\"}\""`,
+		"two marks":           "\uFEFF\uFEFF" + doc,
+		"zero-width space":    "\u200B" + doc,
+		"single-quoted":       "'" + doc + "'",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseSecret(mangled); err == nil {
@@ -113,5 +118,19 @@ func TestMangledRotationDocumentKeepsTheKeys(t *testing.T) {
 				t.Fatal("a warm function took the mangled document as a new secret: key digests changed")
 			}
 		})
+	}
+	// A stack that ran on such a value as its single secret gets the same
+	// keys from {"current": that value} (deploying.md's upgrade step): a
+	// document naming only a current secret derives what that secret alone
+	// does.
+	if doc, single := mustKeys(t, `{"current":"`+s1+`"}`), mustKeys(t, s1); doc.KeyID() != single.KeyID() ||
+		doc.KeyDigest("key-1") != single.KeyDigest("key-1") || !bytes.Equal(doc.IdentDigest("a"), single.IdentDigest("a")) {
+		t.Error(`{"current": V} has other keys than V as the single secret`)
+	}
+	// Secrets that only look odd are single secrets, as before.
+	for _, single := range []string{"'" + s1, `"` + s1 + `"`, s1 + "{}", "\uFEFF" + s1, `"\"` + s1 + `\""`} {
+		if _, err := ParseSecret(single); err != nil {
+			t.Errorf("ParseSecret(%q): %v", single, err)
+		}
 	}
 }
