@@ -68,6 +68,9 @@ func build(ctx context.Context, cfg config.Config, awsCfg aws.Config, log *slog.
 		if keys, err = secretkeys.NewProvider(initCtx, src); err != nil {
 			return nil, InitError("read the server secret", initCtx, err)
 		}
+		keys.Refused = func(err error) {
+			log.Error("server secret re-read failed; the keys in use are kept", "error", err.Error())
+		}
 	}
 	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, telemetry.MeterDynamoDB)

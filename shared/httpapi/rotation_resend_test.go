@@ -223,3 +223,37 @@ func TestReusedKeyResentAcrossRotationSpendsNothingMore(t *testing.T) {
 		t.Errorf("create's reused key re-sent across a rotation: %s then %s, GET %v", c1.Raw, c2.Raw, g.Body["pinAttemptsRemaining"])
 	}
 }
+
+// TestMangledRotationDocumentIsRefusedAndLogged: step one of a rotation
+// reaches a warm function's secret mangled (a byte-order mark before the
+// document). The function meets an item under B, re-reads the secret,
+// refuses the value and logs that it did (without the secret), keeps A:
+// the consume answers 503, nothing written, and a keyed create re-sent
+// across the re-read is still the same action.
+func TestMangledRotationDocumentIsRefusedAndLogged(t *testing.T) {
+	t.Parallel()
+	oldEnv, newEnv, setOld := rotationPair(t)
+	c1 := do(t, oldEnv, "POST", "/actions", `{"userId":"u"}`, "Idempotency-Key", "mangled-1")
+	if c1.Status != 201 {
+		t.Fatalf("create: %s", c1.Raw)
+	}
+	setOld("\uFEFF" + `{"current":"` + rotA + `","previous":["` + rotB + `"],"ids":"` + rotA + `"}`)
+	create(t, newEnv, `{"actionId":"mb","userId":"u","pin":"2468","maxPinAttempts":1}`)
+	if r := do(t, oldEnv, "POST", "/actions/mb/consume", `{"pin":"2468"}`); r.Status != 503 || r.Str("error") != "unavailable" {
+		t.Fatalf("consume of an item under B on a function that refused the mangled secret: %d %s", r.Status, r.Raw)
+	}
+	if g := do(t, oldEnv, "GET", "/actions/mb", ""); g.Str("state") != "active" || g.Body["pinAttemptsRemaining"] != 1.0 {
+		t.Fatalf("after the refused consume: %s", g.Raw)
+	}
+	c2 := do(t, oldEnv, "POST", "/actions", `{"userId":"u"}`, "Idempotency-Key", "mangled-1")
+	if c2.Status != 201 || c2.Str("actionId") != c1.Str("actionId") || c2.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the keyed create re-sent after the refused re-read: %s (first %s)", c2.Raw, c1.Raw)
+	}
+	logs := oldEnv.Log.String()
+	if !strings.Contains(logs, "server secret re-read failed") {
+		t.Fatalf("the refused secret was not logged:\n%s", logs)
+	}
+	if strings.Contains(logs, rotA) || strings.Contains(logs, rotB) {
+		t.Fatal("a secret reached the logs")
+	}
+}

@@ -25,6 +25,10 @@ type Provider struct {
 	// within the function's timeout.
 	ReadTimeout time.Duration
 	Now         func() time.Time
+	// Refused, when set, is told why a warm function's re-read failed
+	// (the source's error, or a value ParseSecret refuses): it keeps the
+	// keys it has, and says so nowhere else. The error holds no secret.
+	Refused func(error)
 
 	mu        sync.Mutex
 	keys      *Keys
@@ -89,6 +93,7 @@ func (p *Provider) Learn(ctx context.Context, id string) (*Keys, bool) {
 func (p *Provider) load(ctx context.Context, timeout time.Duration) (*Keys, error) {
 	p.mu.Lock()
 	p.triedAt = p.Now() // a failing source is not asked again before MinGap/Refresh
+	warm := p.keys != nil
 	p.mu.Unlock()
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -96,11 +101,14 @@ func (p *Provider) load(ctx context.Context, timeout time.Duration) (*Keys, erro
 		defer cancel()
 	}
 	s, err := p.source(ctx)
-	if err != nil {
-		return nil, err
+	var k *Keys
+	if err == nil {
+		k, err = ParseSecret(s)
 	}
-	k, err := ParseSecret(s)
 	if err != nil {
+		if warm && p.Refused != nil {
+			p.Refused(err)
+		}
 		return nil, err
 	}
 	p.mu.Lock()

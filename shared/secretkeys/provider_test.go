@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -112,10 +113,15 @@ func TestMangledRotationDocumentKeepsTheKeys(t *testing.T) {
 			}
 			now := time.Now()
 			p.Now = func() time.Time { return now }
+			var refused []error
+			p.Refused = func(err error) { refused = append(refused, err) }
 			before := p.Keys(context.Background())
 			secret, now = mangled, now.Add(p.Refresh)
 			if k := p.Keys(context.Background()); k.KeyDigest("key-1") != before.KeyDigest("key-1") {
 				t.Fatal("a warm function took the mangled document as a new secret: key digests changed")
+			}
+			if len(refused) != 1 || strings.Contains(refused[0].Error(), s2) {
+				t.Fatalf("the refused refresh was reported %d times (%v), want once, without the secret", len(refused), refused)
 			}
 		})
 	}
