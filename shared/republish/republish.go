@@ -103,9 +103,14 @@ func (req Request) window(now time.Time) (from, to time.Time, total int, segment
 			segments = append(segments, i)
 		}
 	}
-	for _, s := range segments {
+	for i, s := range segments {
 		if s < 0 || s >= total {
 			return from, to, 0, nil, &RequestError{Field: "only", Message: fmt.Sprintf("segment %d is not in 0..%d", s, total-1)}
+		}
+		if slices.Contains(segments[:i], s) {
+			// A segment scanned twice would publish its events twice and
+			// count them twice in the result.
+			return from, to, 0, nil, &RequestError{Field: "only", Message: fmt.Sprintf("segment %d is listed twice", s)}
 		}
 	}
 	return from, to, total, segments, nil

@@ -26,6 +26,7 @@ func TestRequestValidation(t *testing.T) {
 		{"too many segments", Request{From: "2026-11-22T00:00:00Z", Segments: 1001}, "segments", "1 to 1000"},
 		{"negative segments", Request{From: "2026-11-22T00:00:00Z", Segments: -1}, "segments", "1 to 1000"},
 		{"segment out of range", Request{From: "2026-11-22T00:00:00Z", Segments: 4, Only: []int{4}}, "only", "segment 4 is not in 0..3"},
+		{"segment listed twice", Request{From: "2026-11-22T00:00:00Z", Segments: 4, Only: []int{1, 3, 1}}, "only", "segment 1 is listed twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := r.Handle(context.Background(), tc.req)
