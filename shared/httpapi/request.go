@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -184,6 +185,20 @@ func query(ev *events.APIGatewayV2HTTPRequest, names ...string) (map[string]stri
 		}
 	}
 	return q, nil
+}
+
+// pageLimit reads the query's "limit": def when it is absent, else a whole
+// number from 1 to most (400 naming limit otherwise).
+func pageLimit(q map[string]string, def, most int) (int, error) {
+	v, ok := q["limit"]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, &action.InvalidError{Field: "limit", Message: "must be a whole number from 1 to " + strconv.Itoa(most)}
+	}
+	return n, nil
 }
 
 // fieldError turns a JSON error into an InvalidError naming the member at

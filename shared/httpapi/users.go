@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"strconv"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -71,12 +70,8 @@ func (a *API) ListUser(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		default:
 			return fail(&action.InvalidError{Field: "state", Message: "must be pending, active, consumed or expired"})
 		}
-		if v, ok := q["limit"]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > store.MaxListLimit {
-				return fail(&action.InvalidError{Field: "limit", Message: "must be a whole number from 1 to 100"})
-			}
-			l.Limit = n
+		if l.Limit, err = pageLimit(q, l.Limit, store.MaxListLimit); err != nil {
+			return fail(err)
 		}
 		page, err := a.store.ListUser(ctx, l)
 		if err != nil {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -144,11 +143,9 @@ func (a *API) ListUses(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (
 		if err != nil {
 			return fail(err)
 		}
-		limit := MaxUsesPage
-		if v, ok := q["limit"]; ok {
-			if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > MaxUsesPage {
-				return fail(&action.InvalidError{Field: "limit", Message: "must be a whole number from 1 to " + strconv.Itoa(MaxUsesPage)})
-			}
+		limit, err := pageLimit(q, MaxUsesPage, MaxUsesPage)
+		if err != nil {
+			return fail(err)
 		}
 		cursor, hasCursor := q["cursor"]
 		if hasCursor && cursor == "" {
