@@ -30,7 +30,7 @@ RACE_SKIP := ^(TestReport|TestUsesCost|TestSoak)$$
 # The tests whose load testkit.Scale sizes (takers, rounds, cycles): under
 # -race they run at a twentieth of it; make test also runs them once in full
 # without the race detector, so the counts they state are checked as stated.
-FULL_SIZE := ^(TestExactlyNUnderLostAnswers|TestKeyedTakeResentDuringARelease|TestTakeCostsTheSameAtAnyN|TestLicenceChurnStaysRevocable|TestUsesRace|TestUsesRaceLostAnswers|TestReleaseTakeRace|TestConsumeRace|TestTakesNeverAfterTheCancel|TestTenThousandInOneMinute|TestOverlappingSweeps|TestConsumeRacesSweep|TestSoak|TestLoadWithFaults)$$
+FULL_SIZE := ^(TestExactlyNUnderLostAnswers|TestKeyClaimsRaceOnExpiredKeysWhileWinnersRelease|TestKeyedTakeResentDuringARelease|TestTakeCostsTheSameAtAnyN|TestLicenceChurnStaysRevocable|TestUsesRace|TestUsesRaceLostAnswers|TestReleaseTakeRace|TestConsumeRace|TestTakesNeverAfterTheCancel|TestTenThousandInOneMinute|TestOverlappingSweeps|TestConsumeRacesSweep|TestSoak|TestLoadWithFaults)$$
 FULL_SIZE_PKGS := ./shared/httpapi ./shared/sweep ./bench
 
 CDK := .tools/node_modules/.bin/cdk

@@ -167,9 +167,9 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	}
 	nowS := expression.Value(now.Unix())
 	live := expression.AttributeNotExists(t.pk()).Or(attr.ttl.GreaterThan(nowS))
-	written, old, failed, err := t.write(ctx, name,
-		claim(expression.IfNotExists(attr.createdAt, expression.Value(FormatTime(now)))).Add(attr.attempts, expression.Value(1)),
-		live.And(t.claimable(c)))
+	usual := claim(expression.IfNotExists(attr.createdAt, expression.Value(FormatTime(now)))).Add(attr.attempts, expression.Value(1))
+	claimable := live.And(t.claimable(c))
+	written, old, failed, err := t.write(ctx, name, usual, claimable)
 	// A key past its retention whose item DynamoDB TTL has not deleted yet
 	// (that takes up to days) starts a fresh record: no SET can reset the
 	// counters only when the item expired, so the first write leaves such
@@ -178,11 +178,25 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	fresh := claim(expression.Value(FormatTime(now))).Set(attr.attempts, expression.Value(1)).
 		Remove(attr.released).Remove(attr.failures).Remove(attr.lastError)
 	expired := expression.AttributeNotExists(t.pk()).Or(attr.ttl.LessThanEqual(nowS))
+	replacing := false
 	for range 2 {
-		if err != nil || !failed || old == nil || ttlOf(old) > now.Unix() {
-			break
+		switch {
+		case err != nil || !failed || old == nil:
+		case ttlOf(old) <= now.Unix():
+			written, old, failed, err = t.write(ctx, name, fresh, expired)
+			replacing = true
+			continue
+		case replacing:
+			// The replacing write met the key claimed anew by another
+			// caller in between, who may be done with it already (released
+			// it: claimable again). Its refusal is no answer to this claim:
+			// ClassifyClaim explains only the usual write's, so that write
+			// decides, once more (only in this race: a third write).
+			written, old, failed, err = t.write(ctx, name, usual, claimable)
+			replacing = false
+			continue
 		}
-		written, old, failed, err = t.write(ctx, name, fresh, expired)
+		break
 	}
 	switch {
 	case err != nil:
