@@ -8,7 +8,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
 )
@@ -144,6 +146,12 @@ func ParseFrom(ev lambdaevents.CloudWatchEvent, source string) (*Event, error) {
 	var probe struct {
 		Version string `json:"version"`
 		EventID string `json:"eventId"`
+	}
+	if !utf8.Valid(ev.Detail) {
+		// encoding/json would read each such byte as U+FFFD: eventIds that
+		// differ only there would parse to one id, one event de-duplicated
+		// away by the other.
+		return nil, errors.New("events: detail is not JSON: it is not UTF-8 text")
 	}
 	if err := json.Unmarshal(ev.Detail, &probe); err != nil {
 		return nil, fmt.Errorf("events: detail is not JSON: %w", err)

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -92,7 +93,8 @@ const eventFingerprint = "event"
 // ran in this call. err is nil when fn succeeded or had succeeded before;
 // fn's own error when it failed (the claim is released); ErrInProgress,
 // ErrLeaseLost, or a DynamoDB error otherwise. A panic in fn releases the
-// claim and panics on.
+// claim and panics on. An event id that is empty or not UTF-8 text is an
+// error (fn does not run).
 func (g *Guard) Do(ctx context.Context, eventID string, fn func(context.Context) error) (ran bool, err error) {
 	return g.do(ctx, eventID, fn, false)
 }
@@ -101,15 +103,24 @@ func (g *Guard) do(ctx context.Context, eventID string, fn func(context.Context)
 	if eventID == "" {
 		return false, errors.New("once: empty event id")
 	}
+	if !utf8.ValidString(eventID) {
+		// The claim's key is a DynamoDB string: the SDK would write each
+		// byte that is not UTF-8 as U+FFFD, and other ids would name this
+		// event's claim (one of them acknowledged, never run).
+		return false, errors.New("once: event id is not UTF-8 text")
+	}
 	table := &dynamostore.Table{DB: g.DB, Name: g.Table, PartitionKey: PartitionKey, Retention: g.retention()}
 	call := idempotency.Call{Key: eventID, Fingerprint: eventFingerprint, Lease: g.lease(ctx, g.now()), Now: g.Now}
 	_, err = idempotency.Run(ctx, table, call, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		if err := fn(ctx); err != nil {
-			return nil, err
+			return nil, &handlerError{err}
 		}
 		return []byte("true"), nil
 	})
+	if h := (*handlerError)(nil); errors.As(err, &h) {
+		return ran, h.unwrapIn(err)
+	}
 	if !errors.Is(err, idempotency.ErrPayloadMismatch) {
 		return ran, err
 	}
@@ -127,6 +138,32 @@ func (g *Guard) do(ctx context.Context, eventID string, fn func(context.Context)
 		return false, ErrInProgress
 	}
 	return false, nil // done
+}
+
+// handlerError carries fn's error through idempotency.Run without
+// unwrapping to it, so every failure of fn releases the claim: Run would
+// keep a key held for the rest of its retention on an error that wraps
+// idempotency.ErrResponseNotStored (a response it could not store), which
+// a handler's error may wrap when it passes up its own use of the library;
+// an event has no response to store.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+
+// unwrapIn returns Run's error with fn's own in place of e: e itself, or e
+// joined with a failed release.
+func (e *handlerError) unwrapIn(err error) error {
+	if err == error(e) {
+		return e.err
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := append([]error(nil), j.Unwrap()...)
+		for i := range errs {
+			errs[i] = e.unwrapIn(errs[i])
+		}
+		return errors.Join(errs...)
+	}
+	return err
 }
 
 // What freeLapsedLegacy found.
