@@ -149,6 +149,10 @@ type response struct {
 	body     []byte
 	replayed bool
 	tokenGen uint64 // the bearer token sent (its generation), 0 for none
+	// untilClose: the body ends where the connection did (HTTP/1, no
+	// Content-Length, no chunks), so a connection cut mid-body looks like
+	// its end to net/http; only the JSON shows it.
+	untilClose bool
 }
 
 // do runs a call with retries and decodes a 2xx body into out; any other
@@ -175,6 +179,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 		case errors.As(err, &noToken):
 			return nil, noToken.err // nothing was sent
 		}
+		if errors.Is(err, ErrResponseTooLarge) && r != nil && !retryable(r.status) {
+			return nil, err // an answer came (not the service's): its status is not retried
+		}
 		if err != nil {
 			last = &networkError{err}
 			continue // the request may or may not have been applied: the key makes the retry safe
@@ -185,6 +192,12 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 				// JSON null would leave out as it was, a zero value with no error.
 				if bytes.Equal(bytes.TrimSpace(r.body), []byte("null")) {
 					return r, fmt.Errorf("exactonce: decoding a %d answer: null, not an object", r.status)
+				}
+				if r.untilClose && truncatedJSON(r.body) {
+					// The connection closed inside the answer: it never
+					// came whole, so it is sent again, as for a reset.
+					last = &networkError{fmt.Errorf("a %d answer cut short: %w", r.status, io.ErrUnexpectedEOF)}
+					continue
 				}
 				if err := json.Unmarshal(r.body, out); err != nil {
 					return r, fmt.Errorf("exactonce: decoding a %d answer: %w", r.status, err)
@@ -237,7 +250,8 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, hea
 const MaxResponseBytes = 10 << 20
 
 // ErrResponseTooLarge is returned for an answer whose body is longer than
-// MaxResponseBytes; the client stops reading it.
+// MaxResponseBytes; the client stops reading it, and retries it only as its
+// status says (429 and 5xx).
 var ErrResponseTooLarge = errors.New("exactonce: answer body over 10 MiB: not the service's")
 
 // once sends one attempt.
@@ -286,9 +300,17 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 		return nil, err
 	}
 	if len(b) > MaxResponseBytes {
-		return nil, ErrResponseTooLarge
+		return &response{status: resp.StatusCode, header: resp.Header, tokenGen: tokenGen}, ErrResponseTooLarge
 	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true", tokenGen: tokenGen}, nil
+	return &response{status: resp.StatusCode, header: resp.Header, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true", tokenGen: tokenGen,
+		untilClose: resp.ProtoMajor == 1 && resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && !resp.Uncompressed}, nil
+}
+
+// truncatedJSON reports whether b ends before its JSON value does (or
+// holds none): what a body cut by its connection's end looks like.
+func truncatedJSON(b []byte) bool {
+	err := json.NewDecoder(bytes.NewReader(b)).Decode(new(json.RawMessage))
+	return err == io.EOF || err == io.ErrUnexpectedEOF
 }
 
 // retryable: throttling and server-side faults; never another 4xx, which is
