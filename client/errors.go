@@ -88,6 +88,7 @@ var (
 	ErrNoUsesLeft          = is(codes.NoUsesLeft)
 	ErrUseNotFound         = is(codes.UseNotFound)
 	ErrNotReleasable       = is(codes.NotReleasable)
+	ErrInternal            = is(codes.Internal)
 )
 
 // networkError is a request that got no answer (its effect is unknown).
