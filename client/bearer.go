@@ -128,8 +128,10 @@ func (b *bearer) run(ctx context.Context, f *fetch) {
 	finished = true
 }
 
-// tokenError is a call that failed before anything was sent: no token.
-type tokenError struct{ err error }
+// unsentError is a call that failed before anything was sent (no bearer
+// token, no SigV4 credentials): there is no answer to wait for, and it is
+// not retried.
+type unsentError struct{ err error }
 
-func (e *tokenError) Error() string { return e.err.Error() }
-func (e *tokenError) Unwrap() error { return e.err }
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }

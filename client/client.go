@@ -172,12 +172,12 @@ func (c *Client) do(ctx context.Context, cl call, out any) (*response, error) {
 			cl.refused = r.tokenGen
 			r, err = c.once(ctx, cl)
 		}
-		var noToken *tokenError
+		var unsent *unsentError
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.As(err, &noToken):
-			return nil, noToken.err // nothing was sent
+		case errors.As(err, &unsent):
+			return nil, unsent.err // nothing was sent
 		}
 		if errors.Is(err, ErrResponseTooLarge) && r != nil && !retryable(r.status) {
 			return nil, err // an answer came (not the service's): its status is not retried
@@ -235,9 +235,9 @@ type Response struct {
 // not cover (a raw body, a header of your own, a route of a newer server).
 func (c *Client) Send(ctx context.Context, method, path string, body []byte, header http.Header) (*Response, error) {
 	r, err := c.once(ctx, call{method: method, path: path, body: body, header: header})
-	var noToken *tokenError
-	if errors.As(err, &noToken) {
-		return nil, noToken.err
+	var unsent *unsentError
+	if errors.As(err, &unsent) {
+		return nil, unsent.err
 	}
 	if err != nil {
 		return nil, err
@@ -278,14 +278,14 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	}
 	if c.signer != nil {
 		if err := c.signer.sign(ctx, req, cl.body); err != nil {
-			return nil, err
+			return nil, &unsentError{err}
 		}
 	}
 	var tokenGen uint64
 	if c.bearer != nil {
 		token, gen, err := c.bearer.get(ctx, cl.refused)
 		if err != nil {
-			return nil, &tokenError{err}
+			return nil, &unsentError{err}
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		tokenGen = gen
