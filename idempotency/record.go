@@ -161,6 +161,11 @@ type Claim struct {
 	Request Request // the claim request (hosted keys only)
 	// Fingerprints is the claim request body's fingerprint under every known key set (hosted keys only).
 	Fingerprints []string
+	// SameFingerprints are other stored forms of Fingerprint that a key may
+	// hold and that match it (hosted keys only: the same fingerprint keyed
+	// under an earlier key set, or as stored before fingerprints were
+	// keyed). A claim stores Fingerprint.
+	SameFingerprints []string
 	// AnyAfterRelease lets this claim take a key its holder released whatever
 	// the key's fingerprint (a released attempt has no response to protect):
 	// Run's retries after a failure. The /keys routes leave it off, so
@@ -174,12 +179,16 @@ type Claim struct {
 // before writing, so the effect never runs under a key whose item could not
 // also hold its response. The error names the field.
 func (c *Claim) Validate() error {
-	for _, f := range []struct{ field, v string }{
+	fields := []struct{ field, v string }{
 		{"fingerprint", c.Fingerprint},
 		{"claimKey", c.Request.Key},
 		{"claimFingerprint", c.Request.Fingerprint},
 		{"claimRequestId", c.Request.RequestID},
-	} {
+	}
+	for _, fp := range c.SameFingerprints {
+		fields = append(fields, struct{ field, v string }{"fingerprint", fp})
+	}
+	for _, f := range fields {
 		if utf8.RuneCountInString(f.v) > MaxFingerprintLen {
 			return fmt.Errorf("%s: must be at most %d characters", f.field, MaxFingerprintLen)
 		}
@@ -212,6 +221,12 @@ func FitError(s string) string {
 	return s
 }
 
+// SameFingerprint reports whether a key's stored fingerprint is this
+// claim's: Fingerprint or one of SameFingerprints.
+func (c *Claim) SameFingerprint(stored string) bool {
+	return stored == c.Fingerprint || slices.Contains(c.SameFingerprints, stored)
+}
+
 // ClassifyClaim explains a refused claim from the key the write saw.
 // Precedence: a reused key with other parameters is always a mismatch,
 // whatever the state (the payload is validated on the record the failed
@@ -222,7 +237,7 @@ func ClassifyClaim(old *Record, at Claim) error {
 	if old == nil {
 		return &unexplained{"claim"} // the write creates missing keys
 	}
-	if old.Fingerprint != at.Fingerprint {
+	if !at.SameFingerprint(old.Fingerprint) {
 		return reject(CodeFingerprintMismatch, old)
 	}
 	if !old.CompletedAt.IsZero() {

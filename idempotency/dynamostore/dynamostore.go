@@ -87,8 +87,16 @@ var attr = struct {
 // releasedToken; an item of unknown shape has none). Another fingerprint
 // still never passes on a completed, held or lapsed key.
 func (t *Table) claimable(c idempotency.Claim) expression.ConditionBuilder {
+	same := attr.fp.Equal(expression.Value(c.Fingerprint))
+	if len(c.SameFingerprints) > 0 {
+		others := make([]expression.OperandBuilder, len(c.SameFingerprints))
+		for i, fp := range c.SameFingerprints {
+			others[i] = expression.Value(fp)
+		}
+		same = attr.fp.In(expression.Value(c.Fingerprint), others...)
+	}
 	cond := expression.Or(expression.AttributeNotExists(t.pk()), attr.ttl.LessThanEqual(expression.Value(c.Now.Unix())),
-		expression.And(attr.fp.Equal(expression.Value(c.Fingerprint)), expression.AttributeNotExists(attr.doneAt),
+		expression.And(same, expression.AttributeNotExists(attr.doneAt),
 			expression.AttributeNotExists(attr.token).Or(attr.lease.LessThanEqual(expression.Value(c.Now.UnixMilli())))))
 	if c.AnyAfterRelease {
 		cond = cond.Or(expression.And(expression.AttributeNotExists(attr.doneAt), expression.AttributeNotExists(attr.token), expression.AttributeExists(attr.relToken)))

@@ -88,8 +88,11 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		}
 		now := a.Now()
 		token, stored := c.keys.NewKeyToken(name)
+		// The item keeps the fingerprint keyed; a key claimed under an
+		// earlier key set, or before fingerprints were keyed, matches too.
+		fps := c.keys.KeyFingerprints(name, req.Fingerprint)
 		k, err := a.store.ClaimKey(ctx, name, idempotency.Claim{
-			Fingerprint: req.Fingerprint, Lease: lease, Token: stored,
+			Fingerprint: fps[0], SameFingerprints: append(fps[1:], req.Fingerprint), Lease: lease, Token: stored,
 			Request: idempotency.Request(r.write(c.requestID)), Fingerprints: r.fingerprints, Now: now,
 		})
 		var replay *idempotency.Replay
@@ -110,6 +113,9 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 			return respond(http.StatusCreated, v, map[string]string{HeaderReplayed: "true"}), nil
 		case err != nil:
 			if unknown := heldUnderUnknownKey(err, r, c.requestID); unknown != nil {
+				return fail(unknown)
+			}
+			if unknown := keyedUnderUnknownKey(err, c.keys); unknown != nil {
 				return fail(unknown)
 			}
 			return fail(err)
@@ -136,6 +142,21 @@ func heldUnderUnknownKey(err error, r *request, requestID string) error {
 		return nil
 	}
 	return action.Comparable(held.Fingerprint, r.fingerprints)
+}
+
+// keyedUnderUnknownKey is an *action.UnknownKeyError when a claim refused
+// fingerprint_mismatch met a fingerprint keyed under a key set these keys
+// do not hold (a function rotated first): the two cannot be compared.
+// nil otherwise.
+func keyedUnderUnknownKey(err error, keys *secretkeys.Keys) error {
+	var rej *idempotency.Rejection
+	if !errors.As(err, &rej) || rej.Code != idempotency.CodeFingerprintMismatch || rej.Key == nil {
+		return nil
+	}
+	if id, ok := secretkeys.KeyFingerprintID(rej.Key.Fingerprint); ok && !keys.Knows(id) {
+		return &action.UnknownKeyError{KeyID: id}
+	}
+	return nil
 }
 
 // Complete handles POST /keys/{key}/complete: the holder stores the response

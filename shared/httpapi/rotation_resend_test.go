@@ -257,3 +257,44 @@ func TestMangledRotationDocumentIsRefusedAndLogged(t *testing.T) {
 		t.Fatal("a secret reached the logs")
 	}
 }
+
+// TestHostedKeyFingerprintAcrossRotation: a hosted key's fingerprint is
+// stored keyed under the key set current at its claim. After a rotation
+// (A -> B current, A previous) the same fingerprint still replays and
+// another is still refused, on a function rotated first and on one that
+// has not re-read the secret yet (it meets B's fingerprint, re-reads and
+// compares; it never answers fingerprint_mismatch for what it could not
+// compare).
+func TestHostedKeyFingerprintAcrossRotation(t *testing.T) {
+	t.Parallel()
+	oldEnv, newEnv, setOld := rotationPair(t) // old: A only; new: B current, A previous
+	body := `{"fingerprint":"sha256:9f2c"}`
+	finish := func(env *testkit.Env, key string) {
+		t.Helper()
+		c := claim(t, env, key, body)
+		if c.Status != 201 {
+			t.Fatalf("claim %s: %d %s", key, c.Status, c.Raw)
+		}
+		if r := do(t, env, "POST", "/keys/"+key+"/complete", `{"token":"`+c.Str("token")+`","response":"`+key+`"}`); r.Status != 200 {
+			t.Fatalf("complete %s: %s", key, r.Raw)
+		}
+	}
+	finish(oldEnv, "under-a") // stored under A
+	finish(newEnv, "under-b") // stored under B
+	for _, c := range []struct {
+		env  *testkit.Env
+		name string
+	}{{newEnv, "the rotated function"}, {oldEnv, "a function not yet re-read"}} {
+		for _, key := range []string{"under-a", "under-b"} {
+			if r := claim(t, c.env, key, body); r.Status != 200 || r.Str("response") != key {
+				t.Fatalf("%s, %s claimed again with its fingerprint: %d %s, want the replay", c.name, key, r.Status, r.Raw)
+			}
+			if r := claim(t, c.env, key, `{"fingerprint":"sha256:other"}`); r.Status != 422 || r.Str("error") != "fingerprint_mismatch" {
+				t.Fatalf("%s, %s with another fingerprint: %d %s, want 422", c.name, key, r.Status, r.Raw)
+			}
+		}
+		// The old function's source lists B from here on (step 1 of the
+		// rotation reached it); it re-reads when it meets B's fingerprint.
+		setOld(`{"current":"` + rotA + `","previous":["` + rotB + `"],"ids":"` + rotA + `"}`)
+	}
+}

@@ -158,6 +158,46 @@ func TestHostedKeyTokenAndResponseAreNotStored(t *testing.T) {
 	}
 }
 
+// TestHostedKeyFingerprintIsNotStored: DESIGN.md, "every digest that is
+// stored or logged (request fingerprints, key hashes) is keyed by the server
+// secret". A claim's fingerprint is often a digest of the effect's
+// parameters taken without a key (docs/http-api.md's example:
+// "sha256:9f2c"): the item keeps it keyed and bound to the key, never as
+// sent, and the same fingerprint still replays while another is refused.
+func TestHostedKeyFingerprintIsNotStored(t *testing.T) {
+	t.Parallel()
+	env := testkit.NewEnv(t)
+	sum := sha256.Sum256([]byte("card=4111111111111111&amount=981"))
+	fp := "sha256:" + hex.EncodeToString(sum[:])
+	body := `{"fingerprint":"` + fp + `"}`
+	for _, key := range []string{"pay-1", "pay-2"} {
+		c := claim(t, env, key, body)
+		if c.Status != 201 {
+			t.Fatalf("claim %s: %d %s", key, c.Status, c.Raw)
+		}
+		if r := do(t, env, "POST", "/keys/"+key+"/complete", `{"token":"`+c.Str("token")+`","response":1}`); r.Status != 200 {
+			t.Fatalf("complete %s: %s", key, r.Raw)
+		}
+	}
+	one, two := rawItem(t, env, "key#pay-1"), rawItem(t, env, "key#pay-2")
+	for _, item := range []map[string]types.AttributeValue{one, two} {
+		for _, v := range storedValues(item) {
+			if strings.Contains(v, hex.EncodeToString(sum[:])) {
+				t.Errorf("the claim's fingerprint is stored as sent: %q", v)
+			}
+		}
+	}
+	if a, b := one["fingerprint"].(*types.AttributeValueMemberS), two["fingerprint"].(*types.AttributeValueMemberS); a.Value == b.Value {
+		t.Errorf("one fingerprint on two keys is stored the same (%q): a table read tells which keys share parameters", a.Value)
+	}
+	if r := claim(t, env, "pay-1", body); r.Status != 200 || r.Body["response"] != 1.0 {
+		t.Fatalf("the same fingerprint again: %d %s, want the replay", r.Status, r.Raw)
+	}
+	if r := claim(t, env, "pay-1", `{"fingerprint":"sha256:other"}`); r.Status != 422 || r.Str("error") != "fingerprint_mismatch" {
+		t.Fatalf("another fingerprint: %d %s, want 422 fingerprint_mismatch", r.Status, r.Raw)
+	}
+}
+
 // TestHostedKeysStoredInClearStillWork: keys written before tokens and
 // responses were kept out of the item (token and response as sent) finish
 // their lifecycle after an upgrade: their holders complete or release with
@@ -180,6 +220,9 @@ func TestHostedKeysStoredInClearStillWork(t *testing.T) {
 	}
 	if r := claim(t, env, "old-done", `{"fingerprint":"f"}`); r.Status != 200 || !strings.Contains(r.Raw, `"response":{"charge":"ch_1"}`) {
 		t.Fatalf("replay of a response stored as sent: %s", r.Raw)
+	}
+	if r := claim(t, env, "old-done", `{"fingerprint":"g"}`); r.Status != 422 || r.Str("error") != "fingerprint_mismatch" {
+		t.Fatalf("another fingerprint on a key whose fingerprint was stored as sent: %d %s", r.Status, r.Raw)
 	}
 	held := claimOld("old-held")
 	if r := do(t, env, "POST", "/keys/old-held/complete", `{"token":"`+idempotency.NewToken()+`","response":1}`); r.Status != 409 {

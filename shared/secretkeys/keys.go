@@ -287,6 +287,33 @@ func fingerprint(set keySet, body []byte) string {
 	return hex.EncodeToString(set.id[:]) + ":" + hex.EncodeToString(m.Sum(nil))
 }
 
+// KeyFingerprintPrefix starts a hosted key's fingerprint as stored
+// ("~kid:hex"); one without it was stored as sent, before they were keyed.
+const KeyFingerprintPrefix = "~"
+
+// KeyFingerprints is a hosted key's fingerprint as its item stores it: an
+// HMAC of the caller's fingerprint, bound to the key's item, under every
+// known key set, current first. The caller's value (often a digest of the
+// effect's parameters, taken without a key) is never stored.
+func (k *Keys) KeyFingerprints(item, fp string) []string {
+	out := make([]string, len(k.sets))
+	for i, set := range k.sets {
+		out[i] = KeyFingerprintPrefix + hex.EncodeToString(set.id[:]) + ":" + hex.EncodeToString(mac(set.fp, "key fingerprint\x00"+item+"\x00", fp))
+	}
+	return out
+}
+
+// KeyFingerprintID is the key set a stored hosted-key fingerprint was taken
+// under, and false for one stored as sent.
+func KeyFingerprintID(stored string) (string, bool) {
+	rest, ok := strings.CutPrefix(stored, KeyFingerprintPrefix)
+	if !ok {
+		return "", false
+	}
+	id, _, ok := strings.Cut(rest, ":")
+	return id, ok
+}
+
 // LogHash is a short keyed hash for log lines: it correlates the requests of
 // one key without revealing the key, even to someone who can guess it.
 func (k *Keys) LogHash(s string) string {
