@@ -63,6 +63,12 @@ func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to
 	within := func(attr string, from, to types.AttributeValue) expression.ConditionBuilder {
 		return expression.Name(attr).GreaterThanEqual(expression.Value(from)).And(expression.Name(attr).LessThan(expression.Value(to)))
 	}
+	// Transitions are stamped in whole milliseconds, and the filter
+	// compares them at that precision: a bound inside a millisecond moves
+	// up to the next one (for such a t, t ≥ from iff t ≥ ⌈from⌉, t < to iff
+	// t < ⌈to⌉), where formatting it would cut it down (and miss a
+	// transition of that millisecond before to, or take one before from).
+	from, to = ceilMillis(from), ceilMillis(to)
 	f, t, fMs, tMs := ts(from), ts(to), n(from.UnixMilli()), n(to.UnixMilli())
 	actions := expression.And(
 		expression.Not(id.BeginsWith(KeyPrefix)), expression.Not(id.BeginsWith(GatePrefix)), expression.Not(id.BeginsWith(recordPrefix)),
@@ -142,4 +148,12 @@ func ScanWindow(ctx context.Context, db *dynamodb.Client, table string, from, to
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
+}
+
+// ceilMillis is t rounded up to a whole millisecond.
+func ceilMillis(t time.Time) time.Time {
+	if c := t.Truncate(time.Millisecond); c.Before(t) {
+		return c.Add(time.Millisecond)
+	}
+	return t
 }
