@@ -71,7 +71,10 @@ func TestRetryAfterAsDate(t *testing.T) {
 	if d := retryAfter(h); d != 0 {
 		t.Fatalf("retryAfter(date past) = %v", d)
 	}
-	for v, want := range map[string]time.Duration{"2": 2 * time.Second, "0": 0, "-1": 0, "soon": 0, "": 0} {
+	// Seconds past what a Duration holds wait the longest it holds, not a
+	// wrapped negative (which was no wait at all).
+	for v, want := range map[string]time.Duration{"2": 2 * time.Second, "0": 0, "-1": 0, "soon": 0, "": 0,
+		"9223372037": time.Duration(math.MaxInt64), "99999999999999": time.Duration(math.MaxInt64)} {
 		h.Set("Retry-After", v)
 		if d := retryAfter(h); d != want {
 			t.Errorf("retryAfter(%q) = %v, want %v", v, d, want)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net/http"
 	"net/url"
@@ -426,6 +427,9 @@ func (s *sigV4) sign(ctx context.Context, req *http.Request, body []byte) error 
 func retryAfter(h http.Header) time.Duration {
 	v := h.Get("Retry-After")
 	if n, err := strconv.Atoi(v); err == nil {
+		if n > int(math.MaxInt64/time.Second) {
+			return math.MaxInt64 // the longest wait a Duration holds, not a wrapped one
+		}
 		return time.Duration(max(n, 0)) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
