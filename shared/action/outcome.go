@@ -237,9 +237,10 @@ func IsGuess(err error) bool {
 	return ok && r.Code == CodeKeyReused && r.Action != nil && r.Action.PINProtected()
 }
 
-// IsReplayOf reports whether the request is a retry of the call that
-// performed w (same request attempt, or same key and body), i.e. whether a
-// replayed answer should carry Idempotent-Replayed.
+// IsReplayOf reports whether the request is a re-send of the call that
+// performed w (the same key and body), i.e. whether a replayed answer
+// should carry Idempotent-Replayed. An SDK retry of the request's own
+// write (the same request id) is not: its caller sent it once.
 func IsReplayOf(w Write, key string, fingerprints []string) bool {
 	return key != "" && w.Key == key && slices.Contains(fingerprints, w.Fingerprint)
 }

@@ -158,7 +158,10 @@ func cancelEach(ctx context.Context, st *store.Store, todo []*action.Action, c C
 			case err == nil:
 				ids = append(ids, a.ID)
 			case errors.As(err, &replay):
-				if action.IsReplayOf(replay.Action.Cancel, c.Write.Key, c.Fingerprints) {
+				// Canceled by this call: under its key, or by its own write
+				// the SDK re-sent after the answer was lost (its request id
+				// and body), which an unkeyed call has no key to tell by.
+				if action.IsReplayOf(replay.Action.Cancel, c.Write.Key, c.Fingerprints) || ownWrite(replay.Action.Cancel, c.Write) {
 					ids = append(ids, a.ID)
 				}
 			case errors.As(err, &rej): // consumed or expired meanwhile: it won
@@ -170,6 +173,13 @@ func cancelEach(ctx context.Context, st *store.Store, todo []*action.Action, c C
 	wg.Wait()
 	slices.Sort(ids)
 	return ids, firstErr
+}
+
+// ownWrite reports whether w, the write that canceled an action, is this
+// call's own: the same request id and the same body (a request id alone
+// proves nothing).
+func ownWrite(w, mine action.Write) bool {
+	return mine.RequestID != "" && w.RequestID == mine.RequestID && w.Fingerprint == mine.Fingerprint
 }
 
 // Supersede makes a (just created, or its create replayed) the user's one
