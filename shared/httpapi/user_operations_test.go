@@ -57,12 +57,28 @@ func TestUserBadInput(t *testing.T) {
 			t.Errorf("%s after bad cancel-alls: %s", id, g.Raw)
 		}
 	}
-	for _, q := range []string{"?kind=", "?state=", "?limit=", "?cursor=", "?limit=1.0", "?limit=%2B1", "?limit=01",
-		"?kind=login&kind=coupon", "?foo=1", "?cursor=" + strings.Repeat("A", 5000)} {
+	// A bad listing query is 400 naming its field, and reads nothing; a
+	// whole number written with a sign or a leading zero is that number,
+	// and a parameter the route does not have is ignored.
+	for _, c := range []struct {
+		q, field string
+		actions  int // for a 200
+	}{
+		{"?kind=", "kind", 0}, {"?state=", "state", 0}, {"?limit=", "limit", 0}, {"?cursor=", "cursor", 0},
+		{"?limit=1.0", "limit", 0}, {"?limit=0", "limit", 0}, {"?limit=101", "limit", 0},
+		{"?kind=login&kind=coupon", "kind", 0}, {"?cursor=" + strings.Repeat("A", 5000), "cursor", 0},
+		{"?limit=%2B1", "", 1}, {"?limit=01", "", 1}, {"?foo=1", "", 2},
+	} {
 		env.Counter.Take()
-		r := do(t, env, "GET", "/users/u/actions"+q, "")
+		r := do(t, env, "GET", "/users/u/actions"+c.q, "")
 		got := env.Counter.Take()
-		t.Logf("list %s -> %d %s %v", q[:min(len(q), 40)], r.Status, strings.TrimSpace(r.Raw)[:min(len(strings.TrimSpace(r.Raw)), 160)], got)
+		q := c.q[:min(len(c.q), 40)]
+		switch {
+		case c.field != "" && (r.Status != 400 || r.Str("field") != c.field || len(got) != 0):
+			t.Errorf("list %s: %d %s, DynamoDB %v; want 400 naming %s, nothing read", q, r.Status, r.Raw, got, c.field)
+		case c.field == "" && (r.Status != 200 || len(r.Body["actions"].([]any)) != c.actions):
+			t.Errorf("list %s: %d %s; want 200 with %d actions", q, r.Status, r.Raw, c.actions)
+		}
 	}
 	env.Counter.Take()
 	r := do(t, env, "GET", "/users/"+strings.Repeat("u", 257)+"/actions", "")
