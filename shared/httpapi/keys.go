@@ -90,9 +90,14 @@ func (a *API) Claim(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		token, stored := c.keys.NewKeyToken(name)
 		// The item keeps the fingerprint keyed; a key claimed under an
 		// earlier key set, or before fingerprints were keyed, matches too.
+		// The value as sent is compared only when it cannot be a keyed
+		// one: a stored value sent back must not act as the fingerprint.
 		fps := c.keys.KeyFingerprints(name, req.Fingerprint)
+		if _, keyed := secretkeys.KeyFingerprintID(req.Fingerprint); !keyed {
+			fps = append(fps, req.Fingerprint)
+		}
 		k, err := a.store.ClaimKey(ctx, name, idempotency.Claim{
-			Fingerprint: fps[0], SameFingerprints: append(fps[1:], req.Fingerprint), Lease: lease, Token: stored,
+			Fingerprint: fps[0], SameFingerprints: fps[1:], Lease: lease, Token: stored,
 			Request: idempotency.Request(r.write(c.requestID)), Fingerprints: r.fingerprints, Now: now,
 		})
 		var replay *idempotency.Replay

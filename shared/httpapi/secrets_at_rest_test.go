@@ -196,6 +196,12 @@ func TestHostedKeyFingerprintIsNotStored(t *testing.T) {
 	if r := claim(t, env, "pay-1", `{"fingerprint":"sha256:other"}`); r.Status != 422 || r.Str("error") != "fingerprint_mismatch" {
 		t.Fatalf("another fingerprint: %d %s, want 422 fingerprint_mismatch", r.Status, r.Raw)
 	}
+	// A table reader sending the stored value back gets nothing: it is no
+	// fingerprint of its own (before, it replayed the key's response).
+	stored := one["fingerprint"].(*types.AttributeValueMemberS).Value
+	if r := claim(t, env, "pay-1", `{"fingerprint":"`+stored+`"}`); r.Status != 422 || r.Str("error") != "fingerprint_mismatch" {
+		t.Fatalf("the stored fingerprint sent back: %d %s, want 422 fingerprint_mismatch", r.Status, r.Raw)
+	}
 }
 
 // TestHostedKeysStoredInClearStillWork: keys written before tokens and

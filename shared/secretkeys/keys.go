@@ -53,6 +53,11 @@ type keySet struct {
 	payload cipher.AEAD
 }
 
+// MaxPrevious bounds a rotation document's previous secrets: a hosted key's
+// claim compares its fingerprint under every key set in one condition, and
+// DynamoDB takes at most 100 values there. A rotation needs one.
+const MaxPrevious = 10
+
 // ParseSecret derives Keys from a secret string (see package doc).
 func ParseSecret(secret string) (*Keys, error) {
 	secrets := []string{secret}
@@ -65,6 +70,9 @@ func ParseSecret(secret string) (*Keys, error) {
 		}
 		if err := json.Unmarshal([]byte(secret), &doc); err != nil {
 			return nil, errors.New(`secretkeys: secret JSON must be {"current": string, "previous": [string], "ids": string}`)
+		}
+		if len(doc.Previous) > MaxPrevious {
+			return nil, fmt.Errorf("secretkeys: at most %d previous secrets (retire the oldest)", MaxPrevious)
 		}
 		secrets = append([]string{doc.Current}, doc.Previous...)
 		idSecret = doc.Current

@@ -3,6 +3,7 @@ package secretkeys
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -119,5 +120,25 @@ func TestKeyToken(t *testing.T) {
 	}
 	if got := k.KeyToken("key#pay", "0123456789abcdef0123456789abcdef"); got != "0123456789abcdef0123456789abcdef" {
 		t.Errorf("a token stored as sent: KeyToken = %q", got)
+	}
+}
+
+// TestParseSecretBoundsPrevious: a rotation document holds at most
+// MaxPrevious previous secrets. A hosted key's claim compares its
+// fingerprint under every key set in one DynamoDB condition, which takes at
+// most 100 values: with 100 previous secrets every claim failed (500).
+func TestParseSecretBoundsPrevious(t *testing.T) {
+	doc := func(n int) string {
+		prev := make([]string, n)
+		for i := range prev {
+			prev[i] = fmt.Sprintf("%q", fmt.Sprintf("previous-secret-number-%04d-of-the-rotation", i))
+		}
+		return `{"current":"the-current-secret-of-the-rotation-00","previous":[` + strings.Join(prev, ",") + `]}`
+	}
+	if k, err := ParseSecret(doc(MaxPrevious)); err != nil || len(k.KeyIDs()) != MaxPrevious+1 {
+		t.Fatalf("%d previous: %v", MaxPrevious, err)
+	}
+	if _, err := ParseSecret(doc(MaxPrevious + 1)); err == nil || !strings.Contains(err.Error(), "previous") {
+		t.Fatalf("%d previous: %v, want refused naming previous", MaxPrevious+1, err)
 	}
 }
