@@ -10,7 +10,9 @@ import (
 // found in it replays with no request at all (after the payload check). It
 // holds at most MaxEntries records, each for at most TTL and never past the
 // record's own retention, and drops the least recently used first. Safe for
-// concurrent use; share one per process (a Lambda execution environment).
+// concurrent use; share one per process (a Lambda execution environment):
+// each Wrap finds only the records it put, so Wraps on different stores (or
+// prefixes) never answer for each other's keys.
 //
 // A cached replay is only as fresh as the cache: a key whose record was
 // deleted from the table by hand still replays here until TTL.

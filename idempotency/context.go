@@ -53,12 +53,10 @@ func WithOutcome(ctx context.Context) (context.Context, *Outcome) {
 // IsReplay reports whether ctx is the context a replay hook runs with.
 func IsReplay(ctx context.Context) bool {
 	o, ok := ctx.Value(outcomeKey{}).(*Outcome)
-	return ok && o.Replayed
+	return ok && o != nil && o.Replayed
 }
 
 func outcomeOf(ctx context.Context) *Outcome {
-	if o, ok := ctx.Value(outcomeKey{}).(*Outcome); ok {
-		return o
-	}
-	return nil
+	o, _ := ctx.Value(outcomeKey{}).(*Outcome) // nil: none, or hidden by ownOutcome
+	return o
 }

@@ -10,7 +10,9 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactonce/exactonce/idempotency/canonjson"
@@ -87,6 +89,10 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 	if o.Namespace == "" {
 		o.Namespace = defaultNamespace(fn)
 	}
+	// A Cache shared by several Wraps holds each one's records apart: a
+	// key's record is its store's, and two Wraps of one function on two
+	// stores (tables, prefixes) have one namespace.
+	scope := strconv.FormatUint(wraps.Add(1), 10) + "/"
 	return func(ctx context.Context, in In) (Out, error) {
 		var zero Out
 		if out := outcomeOf(ctx); out != nil {
@@ -100,7 +106,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 			if out := outcomeOf(ctx); out != nil {
 				*out = Outcome{NoKey: true}
 			}
-			return fn(ctx, in)
+			return fn(ownOutcome(ctx), in)
 		}
 		if key == "" {
 			return zero, ErrNoKey
@@ -111,7 +117,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 			return zero, err
 		}
 		if o.Cache != nil {
-			if c, ok := o.Cache.get(name, o.now()); ok {
+			if c, ok := o.Cache.get(scope+name, o.now()); ok {
 				if c.fingerprint != fp {
 					return zero, ErrPayloadMismatch
 				}
@@ -121,6 +127,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 		var first Out
 		call := Call{Key: name, Fingerprint: fp, Lease: o.lease(ctx), Release: o.Release, Now: o.Now}
 		res, err := Run(ctx, o.Store, call, func(ctx context.Context) ([]byte, error) {
+			ctx = ownOutcome(ctx)
 			if o.OnExecute != nil {
 				o.OnExecute(ctx, key)
 			}
@@ -135,7 +142,7 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 			return zero, err
 		}
 		if o.Cache != nil && res.Record != nil && !res.Record.CompletedAt.IsZero() {
-			o.Cache.put(name, fp, res.Response, o.now(), res.Record.ExpiresAt)
+			o.Cache.put(scope+name, fp, res.Response, o.now(), res.Record.ExpiresAt)
 		}
 		if res.Replayed {
 			return o.replay(ctx, name, key, res.Response, res.Record.ExpiresAt, false)
@@ -145,6 +152,20 @@ func Wrap[In, Out any](fn func(context.Context, In) (Out, error), o Options[In, 
 		}
 		return first, nil
 	}
+}
+
+// wraps numbers the Wraps of this process: each one's scope in a Cache.
+var wraps atomic.Uint64
+
+// ownOutcome is ctx for the wrapped function: without the caller's Outcome,
+// so a wrapped call the function makes with it (an idempotent call inside
+// an idempotent handler) reports to that call's caller only, and the
+// function never reads as a replay (IsReplay) while it runs.
+func ownOutcome(ctx context.Context) context.Context {
+	if outcomeOf(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, outcomeKey{}, (*Outcome)(nil))
 }
 
 // encodeResponse is v's JSON. After the function ran, an encoding failure,
