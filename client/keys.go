@@ -97,7 +97,9 @@ func (k *Key) setReplayed(r bool) { k.Replayed = r }
 //     again.
 //
 // So keep the lease above fn's longest run and fn's result small and
-// encodable, or keep fn itself idempotent.
+// encodable, or keep fn itself idempotent. A claim answered after half its
+// lease (the client's retries of a slow or lost answer) does not run fn: Do
+// gives the key back and claims again.
 //
 // For typed inputs and outputs, hooks and a cache, use idempotency.Wrap with
 // Store: c.KeyStore().

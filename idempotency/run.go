@@ -20,6 +20,9 @@
 // cannot be stored keeps its key held (ErrResponseNotStored): its effect
 // happened, so no retry may run it again. A holder whose lease lapsed and was taken over can no longer
 // complete or release the key (ErrLeaseLost): the takeover's result stands.
+// A claim answered after half its lease (a slow connection, or the SDK's
+// retries of lost answers) does not run the function: it gives the key back
+// and is ErrInProgress (InProgressError.Late), to retry.
 //
 // Keys live behind Persistence: a DynamoDB table of your own
 // (idempotency/dynamostore) or the hosted ExactOnce keys API (client.KeyStore).
@@ -71,8 +74,10 @@ type ResponseLimiter interface {
 const (
 	// DefaultLease is how long a claim holds its key when Options.Lease is
 	// zero. It is independent of the function's timeout: set it above the
-	// function's longest run (a Lambda's timeout) and below how long a retry
-	// may wait.
+	// function's longest run (a Lambda's timeout) plus the claim's and the
+	// complete's answers (the SDK's retries included), and below how long a
+	// retry may wait. A claim answered after half of it does not run the
+	// function (InProgressError.Late).
 	DefaultLease = time.Minute
 	// MaxResponseBytes bounds a stored response (its JSON): what one
 	// DynamoDB item (400 KB) holds beside the key's own attributes, each
@@ -91,9 +96,10 @@ const (
 
 // Errors. Compare with errors.Is.
 var (
-	// ErrInProgress: another invocation holds the key and its lease runs.
-	// The error is an *InProgressError saying when the lease ends; retry
-	// after it (a batch helper reports the record as failed).
+	// ErrInProgress: another invocation holds the key and its lease runs,
+	// or this invocation's claim was answered too late to run the function
+	// (Late). The error is an *InProgressError saying when to retry (a batch
+	// helper reports the record as failed).
 	ErrInProgress = errors.New("idempotency: another invocation holds the key")
 	// ErrPayloadMismatch: the key was used before with another payload.
 	ErrPayloadMismatch = errors.New("idempotency: key reused with another payload")
@@ -120,9 +126,16 @@ type InProgressError struct {
 	// NotStored: the holder ran the function but could not store its
 	// response; the key is held until its retention ends.
 	NotStored bool
+	// Late: this invocation's own claim was answered after half its lease
+	// had gone, so the function did not run and the claim was given back
+	// (see Run); RetryAfter is 0 unless the key is still held.
+	Late bool
 }
 
 func (e *InProgressError) Error() string {
+	if e.Late {
+		return fmt.Sprintf("%s: the claim was answered after half its lease; the function did not run (retry in %s)", ErrInProgress, e.RetryAfter.Round(time.Millisecond))
+	}
 	if e.NotStored {
 		return fmt.Sprintf("%s: %s (held for %s more)", ErrInProgress, NotStoredReason, e.RetryAfter.Round(time.Second))
 	}
@@ -172,7 +185,11 @@ type Result struct {
 // as it is. A panic in fn releases the key and panics on. When fn ran but
 // its response cannot be stored (fn's error wraps ErrResponseNotStored, or
 // the response is too large), the key is not released: it stays held (one
-// write, see Holder) and the error wraps ErrResponseNotStored.
+// write, see Holder) and the error wraps ErrResponseNotStored. A claim
+// answered after half its lease is released (one write) and fn does not
+// run: whoever took the key over when the lease lapsed ran it already, or
+// the rest of the lease may not cover fn; the error is an *InProgressError
+// with Late set.
 func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([]byte, error)) (Result, error) {
 	if c.Key == "" {
 		return Result{}, ErrNoKey
@@ -220,6 +237,9 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	// Writes after fn must happen even if ctx ended meanwhile: the key must
 	// not wait out its lease.
 	wctx := context.WithoutCancel(ctx)
+	if c.now().Sub(now) > lease/2 {
+		return late(wctx, p, c, k)
+	}
 
 	defer func() {
 		if r := recover(); r != nil {
@@ -272,6 +292,23 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 		return Result{Record: k}, fmt.Errorf("idempotency: complete (the effect happened; the key frees itself when its lease lapses): %w", err)
 	}
 	return Result{Response: resp, Record: rec}, nil
+}
+
+// late gives back a claim answered after half its lease had gone (a slow
+// connection, or the SDK's retries of lost answers): the rest of the lease
+// may not cover fn and its complete, and whoever takes the key over after
+// the lease runs the effect too. One write; fn does not run.
+func late(ctx context.Context, p Persistence, c Call, k *Record) (Result, error) {
+	busy := &InProgressError{Late: true}
+	_, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
+	var rej *Rejection
+	switch {
+	case errors.As(err, &rej) && rej.Code == CodeLeaseLost && rej.Key != nil:
+		busy.RetryAfter = max(rej.Key.LeaseExpiresAt.Sub(c.now()), 0) // the takeover's
+	case err != nil && !errors.As(err, &rej) && !errors.As(err, new(*Replay)):
+		busy.RetryAfter = max(k.LeaseExpiresAt.Sub(c.now()), 0) // ours until it lapses
+	}
+	return Result{Record: k}, busy
 }
 
 // hold keeps the key held after fn ran but its response cannot be stored:

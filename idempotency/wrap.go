@@ -50,7 +50,8 @@ type Options[In, Out any] struct {
 	// function's timeout. 0: until the invocation's deadline (the context's,
 	// which in Lambda is the function's timeout, as Powertools uses the
 	// remaining time), or DefaultLease without one. A holder that outlives
-	// it can be taken over and then gets ErrLeaseLost.
+	// it can be taken over and then gets ErrLeaseLost; a claim answered
+	// after half of it does not run the function (ErrInProgress, Late).
 	Lease time.Duration
 	// Release reports whether an error of the function releases the key;
 	// nil: every error does (see Call.Release).

@@ -51,9 +51,11 @@ const (
 
 // Errors.
 var (
-	// ErrInProgress: another delivery of the same event holds a live claim.
-	// Fail the delivery so it is retried; by then the holder has finished
-	// (the retry is acknowledged) or failed (the retry runs the handler).
+	// ErrInProgress: another delivery of the same event holds a live claim,
+	// or this delivery's claim was answered after half its lease (the
+	// handler did not run; the claim was given back). Fail the delivery so
+	// it is retried; by then the holder has finished (the retry is
+	// acknowledged) or failed (the retry runs the handler).
 	ErrInProgress = idempotency.ErrInProgress
 	// ErrLeaseLost: the handler ran longer than its lease and another
 	// delivery took the claim over, so the handler may have run twice. Raise

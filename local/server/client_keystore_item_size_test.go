@@ -23,7 +23,7 @@ func TestKeyStoreLongReasonThenLargestResponse(t *testing.T) {
 	store := newClient(env, &transport{}).KeyStore()
 	ctx := context.Background()
 	call := idempotency.Call{
-		Key: "hosted-long-reason", Fingerprint: "fp", Lease: time.Second,
+		Key: "hosted-long-reason", Fingerprint: "fp", Lease: time.Minute,
 		Reason: func(err error) string { return err.Error() },
 	}
 	longErr := errors.New("declined: " + strings.Repeat("𝄞", 100<<10))
