@@ -72,14 +72,16 @@ func startDynamoDBLocal() (string, func(), error) {
 		return "", nil, fmt.Errorf("start DynamoDB Local (java): %w", err)
 	}
 	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	// 3 minutes, as local/dynamodblocal waits: Java started on a loaded CI
+	// machine took more than one (issue 30).
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 			c.Close()
 			return "http://" + addr, stop, nil
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return "", nil, errors.New("DynamoDB Local is not listening after a minute")
+			return "", nil, errors.New("DynamoDB Local is not listening after 3 minutes")
 		}
 	}
 }
