@@ -187,8 +187,12 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 		}
 		ev.Headers[strings.ToLower(k)] = strings.Join(v, ",")
 	}
-	for _, c := range r.Cookies() {
-		ev.Cookies = append(ev.Cookies, c.Name+"="+c.Value)
+	for _, line := range r.Header.Values("Cookie") { // as sent: net/http's parse unquotes and drops
+		for c := range strings.SplitSeq(line, ";") {
+			if c = strings.TrimSpace(c); c != "" {
+				ev.Cookies = append(ev.Cookies, c)
+			}
+		}
 	}
 	if q := r.URL.Query(); len(q) > 0 {
 		ev.QueryStringParameters = map[string]string{}
@@ -206,15 +210,12 @@ func Event(r *http.Request, routeKey string) (events.APIGatewayV2HTTPRequest, er
 	return ev, nil
 }
 
-// Write sends a handler's response.
+// Write sends a handler's response as API Gateway sends a payload 2.0 one:
+// statusCode, headers, cookies (one Set-Cookie each) and body.
 func Write(w http.ResponseWriter, resp events.APIGatewayV2HTTPResponse) {
+	// A 2.0 response has no multiValueHeaders: API Gateway drops them.
 	for k, v := range resp.Headers {
 		w.Header().Set(k, v)
-	}
-	for k, vs := range resp.MultiValueHeaders {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
 	}
 	for _, c := range resp.Cookies {
 		w.Header().Add("Set-Cookie", c)
