@@ -50,9 +50,17 @@ func (st *Store) Expire(ctx context.Context, id string, now time.Time) (bool, er
 	// gone): the old item is not decoded, so one it cannot read (a
 	// malformed attribute) does not fail the sweep's page.
 	due := unfinished().And(expression.Name(attrExpiresAtMs).LessThanEqual(expression.Value(n(now.UnixMilli()))))
-	_, _, failed, err := st.exprWrite(ctx, id, set(expression.UpdateBuilder{}, attrExpiredAt, ts(now)), &due, types.ReturnValueNone)
+	ctx, resent := countResends(ctx)
+	_, old, failed, err := st.exprWrite(ctx, id, set(expression.UpdateBuilder{}, attrExpiredAt, ts(now)), &due, types.ReturnValueNone)
 	if err != nil {
 		return false, err
+	}
+	if failed && resent.Load() > 0 {
+		// The SDK sent the write again after an answer that did not come:
+		// the first may have applied. An item marked at this write's time
+		// was marked by it (its answer lost), not by someone else.
+		at, ok := old[attrExpiredAt].(*types.AttributeValueMemberS)
+		return ok && at.Value == FormatTime(now), nil
 	}
 	return !failed, nil
 }

@@ -81,25 +81,31 @@ func (st *Store) ScanPurgeable(ctx context.Context, segment, total int, now time
 
 // Purge deletes the item pk with one conditional DeleteItem if it is
 // purgeable at now (see ScanPurgeable): deleted is false when it was not
-// (gone already, its retention moved on, an open action). units is the
-// write capacity DynamoDB reports for it, index writes included.
+// (gone already, its retention moved on, an open action), and true when the
+// SDK sent it again after a lost answer and found the item gone (units is
+// then 0). units is the write capacity DynamoDB reports for it, index
+// writes included.
 func (st *Store) Purge(ctx context.Context, pk string, now time.Time) (deleted bool, units float64, err error) {
 	e, err := expression.NewBuilder().WithCondition(purgeable(now)).Build()
 	if err != nil {
 		return false, 0, err
 	}
+	ctx, resent := countResends(ctx)
 	out, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(st.table),
-		Key:                       key(pk),
-		ConditionExpression:       e.Condition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
-		ReturnConsumedCapacity:    types.ReturnConsumedCapacityIndexes,
-	})
+		TableName:                           aws.String(st.table),
+		Key:                                 key(pk),
+		ConditionExpression:                 e.Condition(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnConsumedCapacity:              types.ReturnConsumedCapacityIndexes,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, resendCounter(ctx)...)
 	var failed *types.ConditionalCheckFailedException
 	switch {
 	case errors.As(err, &failed):
-		return false, 0, nil
+		// Re-sent by the SDK after an answer that did not come, and gone
+		// now: the first attempt deleted it (its units are not known).
+		return resent.Load() > 0 && failed.Item == nil, 0, nil
 	case err != nil:
 		// No item named: a hosted key's partition key is its name, which may carry meaning.
 		return false, 0, fmt.Errorf("store: purge: %w", classifyErr(err))
