@@ -126,9 +126,13 @@ type InProgressError struct {
 	// NotStored: the holder ran the function but could not store its
 	// response; the key is held until its retention ends.
 	NotStored bool
-	// Late: this invocation's own claim was answered after half its lease
-	// had gone, so the function did not run and the claim was given back
-	// (see Run); RetryAfter is 0 unless the key is still held.
+	// Late: this invocation's own claim was answered after half the lease
+	// the store granted had gone (measured on Call.Now), so the function did
+	// not run and the claim was released (see Run): the release counts as a
+	// failure of the key and its last error says so. RetryAfter is 0 once
+	// it was released or the key is completed; the rest of this claim's
+	// lease if the release failed; another holder's lease end (at most this
+	// claim's lease) if one took the key over.
 	Late bool
 }
 
@@ -237,8 +241,14 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 	// Writes after fn must happen even if ctx ended meanwhile: the key must
 	// not wait out its lease.
 	wctx := context.WithoutCancel(ctx)
-	if c.now().Sub(now) > lease/2 {
-		return late(wctx, p, c, k)
+	// The lease the store granted, both ends on its clock (the hosted keys
+	// give at least 1 s, in whole seconds): half of it is measured on ours.
+	granted := lease
+	if g := k.LeaseExpiresAt.Sub(k.ClaimedAt); !k.ClaimedAt.IsZero() && g > 0 {
+		granted = g
+	}
+	if c.now().Sub(now) > granted/2 {
+		return late(wctx, p, c, k, now, granted)
 	}
 
 	defer func() {
@@ -297,16 +307,18 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 // late gives back a claim answered after half its lease had gone (a slow
 // connection, or the SDK's retries of lost answers): the rest of the lease
 // may not cover fn and its complete, and whoever takes the key over after
-// the lease runs the effect too. One write; fn does not run.
-func late(ctx context.Context, p Persistence, c Call, k *Record) (Result, error) {
+// the lease runs the effect too. One write; fn does not run. The wait it
+// reports is bounded by the granted lease: a store's times may be on
+// another clock than c.now's (the hosted keys').
+func late(ctx context.Context, p Persistence, c Call, k *Record, start time.Time, granted time.Duration) (Result, error) {
 	busy := &InProgressError{Late: true}
 	_, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
 	var rej *Rejection
 	switch {
 	case errors.As(err, &rej) && rej.Code == CodeLeaseLost && rej.Key != nil:
-		busy.RetryAfter = max(rej.Key.LeaseExpiresAt.Sub(c.now()), 0) // the takeover's
+		busy.RetryAfter = min(max(rej.Key.LeaseExpiresAt.Sub(c.now()), 0), granted) // the takeover's
 	case err != nil && !errors.As(err, &rej) && !errors.As(err, new(*Replay)):
-		busy.RetryAfter = max(k.LeaseExpiresAt.Sub(c.now()), 0) // ours until it lapses
+		busy.RetryAfter = max(start.Add(granted).Sub(c.now()), 0) // ours, perhaps, until it lapses
 	}
 	return Result{Record: k}, busy
 }

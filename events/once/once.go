@@ -53,7 +53,7 @@ const (
 var (
 	// ErrInProgress: another delivery of the same event holds a live claim,
 	// or this delivery's claim was answered after half its lease (the
-	// handler did not run; the claim was given back). Fail the delivery so
+	// handler did not run; the claim is released). Fail the delivery so
 	// it is retried; by then the holder has finished (the retry is
 	// acknowledged) or failed (the retry runs the handler).
 	ErrInProgress = idempotency.ErrInProgress
