@@ -39,7 +39,10 @@ func TestOversizeAnswerIsRetriedOnlyAs429Or5xx(t *testing.T) {
 			_, _ = w.Write([]byte(huge))
 		}))
 		retry := client.WithRetry(client.Retry{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond})
-		_, err := client.New(srv.URL, retry).Consume(context.Background(), "a", client.ConsumeInput{})
+		// 5 minutes to read each 10 MiB: the default 30 s ran out under
+		// -race on a loaded machine (the test is of the limit, not the clock).
+		slow := client.WithHTTPClient(&http.Client{Timeout: 5 * time.Minute})
+		_, err := client.New(srv.URL, retry, slow).Consume(context.Background(), "a", client.ConsumeInput{})
 		srv.Close()
 		if !errors.Is(err, client.ErrResponseTooLarge) || int(attempts.Load()) != tc.attempts {
 			t.Errorf("%d with a body over 10 MiB: %v after %d attempts; want ErrResponseTooLarge after %d", tc.status, err, attempts.Load(), tc.attempts)
