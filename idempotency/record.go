@@ -66,8 +66,10 @@ type Record struct {
 	Failures int // releases
 	// LastError is the error text of the latest release.
 	LastError string
-	// ReleasedToken is the token of the latest release, so a retried
-	// release answers the same.
+	// ReleasedToken is the token of the latest release, kept through later
+	// claims and completes until the key's retention ends, so a release
+	// re-sent after its answer was lost answers the same (a replay) even
+	// once another caller has taken the key.
 	ReleasedToken string
 	// Claim identifies the request that took the current lease, so a retried
 	// claim gets its own lease back rather than a refusal (hosted keys only).
@@ -276,16 +278,18 @@ func ClassifyComplete(old *Record, token string) error {
 	return &unexplained{"complete"}
 }
 
-// ClassifyRelease explains a refused release: the same token releasing again
-// replays; a completed key cannot be released; otherwise the lease is lost.
+// ClassifyRelease explains a refused release: the token of the latest
+// release releasing again replays (its answer was lost), with the key as it
+// is now: perhaps claimed, or completed, by another caller since; a
+// completed key cannot be released; otherwise the lease is lost.
 func ClassifyRelease(old *Record, token string) error {
 	switch {
 	case old == nil:
 		return reject(CodeNotFound, nil)
+	case token != "" && old.ReleasedToken == token:
+		return &Replay{Key: old}
 	case !old.CompletedAt.IsZero():
 		return reject(CodeCompleted, old)
-	case old.Token == "" && old.ReleasedToken == token:
-		return &Replay{Key: old}
 	case old.Token != token:
 		return reject(CodeLeaseLost, old)
 	}

@@ -71,6 +71,9 @@ func TestClassifyCompleteAndRelease(t *testing.T) {
 	completed := held(func(k *Record) { k.CompletedAt = now })
 	released := held(func(k *Record) { k.Token, k.ReleasedToken = "", "t1" })
 	takenOver := held(func(k *Record) { k.Token = "t2" })
+	releasedThenClaimed := held(func(k *Record) { k.Token, k.ReleasedToken = "t2", "t1" })
+	releasedThenCompleted := held(func(k *Record) { k.Token, k.ReleasedToken, k.CompletedAt = "t2", "t1", now })
+	neverReleased := held(func(k *Record) { k.Token = "" })
 	for _, c := range []struct {
 		name     string
 		old      *Record
@@ -83,6 +86,10 @@ func TestClassifyCompleteAndRelease(t *testing.T) {
 		{"completed by another", completed, "t0", "lease_lost", "key_completed"},
 		{"released by this token", released, "t1", "lease_lost", "replay"},
 		{"taken over", takenOver, "t1", "lease_lost", "lease_lost"},
+		{"released by this token, claimed by another since", releasedThenClaimed, "t1", "lease_lost", "replay"},
+		{"released by this token, completed by another since", releasedThenCompleted, "t1", "lease_lost", "replay"},
+		{"released by another token, claimed since", releasedThenClaimed, "t0", "lease_lost", "lease_lost"},
+		{"an empty token never replays a release", neverReleased, "", "unexplained", "unexplained"},
 	} {
 		if got := outcome(ClassifyComplete(c.old, c.token)); got != c.complete {
 			t.Errorf("complete %s: %s, want %s", c.name, got, c.complete)

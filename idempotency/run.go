@@ -46,7 +46,9 @@ import (
 // (fingerprint_mismatch, in_progress, lease_lost, …). Claim must refuse another fingerprint in
 // every state but a released one when the claim says AnyAfterRelease (Run's
 // claims do: a released attempt has no response to protect; the hosted keys
-// refuse it there too).
+// refuse it there too). A record keeps the token of its latest release
+// (ReleasedToken) through later claims, so that release sent again is a
+// *Replay even once another caller has taken the key.
 type Persistence interface {
 	Claim(ctx context.Context, key string, c Claim) (*Record, error)
 	Complete(ctx context.Context, key, token string, response []byte, now time.Time) (*Record, error)
@@ -312,13 +314,19 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 // another clock than c.now's (the hosted keys').
 func late(ctx context.Context, p Persistence, c Call, k *Record, start time.Time, granted time.Duration) (Result, error) {
 	busy := &InProgressError{Late: true}
-	_, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
+	now, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
 	var rej *Rejection
+	var replay *Replay
 	switch {
-	case errors.As(err, &rej) && rej.Code == CodeLeaseLost && rej.Key != nil:
-		busy.RetryAfter = min(max(rej.Key.LeaseExpiresAt.Sub(c.now()), 0), granted) // the takeover's
-	case err != nil && !errors.As(err, &rej) && !errors.As(err, new(*Replay)):
+	case errors.As(err, &rej):
+		now = rej.Key // lease_lost: the takeover's lease
+	case errors.As(err, &replay):
+		now = replay.Key // released (its answer lost), and perhaps taken since
+	case err != nil:
 		busy.RetryAfter = max(start.Add(granted).Sub(c.now()), 0) // ours, perhaps, until it lapses
+	}
+	if now != nil && now.CompletedAt.IsZero() && !now.LeaseExpiresAt.IsZero() {
+		busy.RetryAfter = min(max(now.LeaseExpiresAt.Sub(c.now()), 0), granted) // another's lease
 	}
 	return Result{Record: k}, busy
 }

@@ -83,9 +83,9 @@ var attr = struct {
 // completed, and nobody's lease running). A different fingerprint never
 // passes, so the refusal's old item is always checked for it. With
 // anyAfterRelease (idempotency.Claim.AnyAfterRelease) it also takes a key
-// its holder released with any fingerprint (a release leaves its token in
-// releasedToken; an item of unknown shape has none). Another fingerprint
-// still never passes on a completed, held or lapsed key.
+// its holder released with any fingerprint (a release removes the token and
+// leaves it in releasedToken; an item of unknown shape has neither). Another
+// fingerprint still never passes on a completed, held or lapsed key.
 func (t *Table) claimable(c idempotency.Claim) expression.ConditionBuilder {
 	same := attr.fp.Equal(expression.Value(c.Fingerprint))
 	if len(c.SameFingerprints) > 0 {
@@ -160,7 +160,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 			Set(attr.claimedAt, expression.Value(FormatTime(now))).
 			Set(attr.createdAt, created).
 			Set(attr.ttl, expression.Value(epochCeil(now.Add(t.retention()+c.Lease)))).
-			Remove(attr.doneAt).Remove(attr.response).Remove(attr.relToken)
+			Remove(attr.doneAt).Remove(attr.response)
 		for _, a := range []struct {
 			name expression.NameBuilder
 			v    string
@@ -184,7 +184,7 @@ func (t *Table) Claim(ctx context.Context, name string, c idempotency.Claim) (*i
 	// an item alone, and its refusal (which shows the old item) leads to a
 	// second write that replaces the expired record, if it still is one.
 	fresh := claim(expression.Value(FormatTime(now))).Set(attr.attempts, expression.Value(1)).
-		Remove(attr.released).Remove(attr.failures).Remove(attr.lastError)
+		Remove(attr.released).Remove(attr.failures).Remove(attr.lastError).Remove(attr.relToken)
 	expired := expression.AttributeNotExists(t.pk()).Or(attr.ttl.LessThanEqual(nowS))
 	replacing := false
 	for range 2 {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,8 +102,80 @@ func TestKeyRelease(t *testing.T) {
 		t.Fatalf("claim after release: %s", next.Raw)
 	}
 	expect(t, env, do(t, env, "POST", "/keys/k/complete", `{"token":"`+token+`","response":"x"}`), 409, "lease_lost", update)
-	expect(t, env, do(t, env, "POST", "/keys/k/release", `{"token":"`+token+`"}`), 409, "lease_lost", update)
+	// Its release, re-sent, still answers as it did (it applied), with the
+	// key as it is now: the new holder's, untouched.
+	resent := do(t, env, "POST", "/keys/k/release", `{"token":"`+token+`"}`)
+	expect(t, env, resent, 200, "", update)
+	if resent.Header.Get("Idempotent-Replayed") != "true" || resent.Str("state") != "in_progress" || resent.Body["failures"] != 1.0 || resent.Str("token") != "" {
+		t.Fatalf("release re-sent after another claim: %s", resent.Raw)
+	}
 	expect(t, env, do(t, env, "POST", "/keys/k/complete", `{"token":"`+next.Str("token")+`","response":"ok"}`), 200, "", update)
+}
+
+// TestKeyReleaseAnswerLost: a release whose answer DynamoDB's connection
+// lost applied; another caller claims the key before the SDK re-sends it
+// (a released key is claimable at once), and the re-send answers 200
+// replayed, not 409 lease_lost as if the release had never applied (before
+// the fix: the claim removed the released token the refusal was explained
+// by). The same when the other caller has completed the key meanwhile
+// (before: 409 key_completed).
+func TestKeyReleaseAnswerLost(t *testing.T) {
+	t.Parallel()
+	for name, completes := range map[string]bool{"claimed meanwhile": false, "claimed and completed meanwhile": true} {
+		t.Run(name, func(t *testing.T) { releaseAnswerLost(t, completes) })
+	}
+}
+
+func releaseAnswerLost(t *testing.T, completes bool) {
+	var env *testkit.Env
+	var armed atomic.Int32 // the UpdateItem before which the other caller acts
+	other := make(chan *testkit.Response, 2)
+	env, proxy := hooked(t, func(n int32) {
+		if n != armed.Load() {
+			return
+		}
+		// In the proxy's goroutine: errors surface through the channel.
+		c, err := testkit.Send(client, "POST", env.URL+"/keys/k/claim", `{"fingerprint":"f"}`)
+		if err != nil {
+			c = &testkit.Response{Raw: err.Error()}
+		}
+		other <- c
+		d := &testkit.Response{}
+		if completes {
+			if d, err = testkit.Send(client, "POST", env.URL+"/keys/k/complete", `{"token":"`+c.Str("token")+`","response":"ok"}`); err != nil {
+				d = &testkit.Response{Raw: err.Error()}
+			}
+		}
+		other <- d
+	})
+	first := claim(t, env, "k", `{"fingerprint":"f"}`) // UpdateItem 1
+	token := first.Str("token")
+	if first.Status != 201 {
+		t.Fatalf("claim: %d %s", first.Status, first.Raw)
+	}
+	// The release (2) applies and its answer is lost; before the SDK's
+	// re-send (3) goes out, the other caller claims (4) and completes (5).
+	armed.Store(3)
+	proxy.PassThenDrop(0, 1)
+	rel := do(t, env, "POST", "/keys/k/release", `{"token":"`+token+`","error":"declined"}`)
+	if proxy.Counts().Dropped != 1 {
+		t.Fatalf("fault proxy: %s, want the release's answer dropped (release: %d %s)", proxy, rel.Status, rel.Raw)
+	}
+	c, d := <-other, <-other
+	if c.Status != 201 || completes && d.Status != 200 {
+		t.Fatalf("the other caller: claim %d %s, complete %d %s", c.Status, c.Raw, d.Status, d.Raw)
+	}
+	want := map[bool]string{false: "in_progress", true: "completed"}[completes]
+	if rel.Status != 200 || rel.Header.Get("Idempotent-Replayed") != "true" || rel.Str("state") != want ||
+		rel.Body["failures"] != 1.0 || rel.Str("lastError") != "declined" {
+		t.Fatalf("the release whose answer was lost (other caller completes: %v): %d %s, want 200 replayed, %s", completes, rel.Status, rel.Raw, want)
+	}
+	if completes {
+		return
+	}
+	if r := do(t, env, "POST", "/keys/k/complete", `{"token":"`+c.Str("token")+`","response":"ok"}`); r.Status != 200 {
+		t.Fatalf("the other caller's complete after the re-sent release: %d %s", r.Status, r.Raw)
+	}
 }
 
 // TestKeyTakeover: after a holder's lease lapses the next claim takes over
