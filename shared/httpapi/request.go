@@ -114,7 +114,27 @@ func parseKey(h string) (string, error) {
 	if k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
 		return "", bad
 	}
+	if sentTwice(h) {
+		return "", &action.InvalidError{Field: "Idempotency-Key", Message: "was sent more than once; send it once"}
+	}
 	return k, nil
+}
+
+// sentTwice reports whether a bare header is one value repeated with commas
+// between (k-1,k-1): API Gateway joins a header sent more than once that
+// way, and a key of its own would make a retry whose client repeated the
+// header a new call, performed again.
+func sentTwice(h string) bool {
+	parts := strings.Split(h, ",")
+	if strings.TrimSpace(parts[0]) == "" {
+		return false
+	}
+	for _, p := range parts[1:] {
+		if strings.TrimSpace(p) != strings.TrimSpace(parts[0]) {
+			return false
+		}
+	}
+	return len(parts) > 1
 }
 
 // decode parses the body strictly into v: one JSON object, no unknown or
