@@ -101,7 +101,10 @@ func TestKeyClaimsRaceOnExpiredKeysWhileWinnersRelease(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, err := testkit.Send(client, "POST", env.URL+"/keys/"+k+"/claim", `{"fingerprint":"f"}`)
+				// An hour's lease: under load a winner's release may come
+				// minutes after its claim, and a lapsed lease would be taken
+				// over (its release then rightly lease_lost).
+				r, err := testkit.Send(client, "POST", env.URL+"/keys/"+k+"/claim", `{"fingerprint":"f","leaseSeconds":3600}`)
 				if err != nil {
 					t.Error(err)
 					return
