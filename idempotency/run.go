@@ -47,8 +47,9 @@ import (
 // every state but a released one when the claim says AnyAfterRelease (Run's
 // claims do: a released attempt has no response to protect; the hosted keys
 // refuse it there too). A record keeps the token of its latest release
-// (ReleasedToken) through later claims, so that release sent again is a
-// *Replay even once another caller has taken the key.
+// (ReleasedToken) through later claims, so that release sent again answers
+// as it did (a *Replay, or from the hosted keys the key as it is now) even
+// once another caller has taken the key.
 type Persistence interface {
 	Claim(ctx context.Context, key string, c Claim) (*Record, error)
 	Complete(ctx context.Context, key, token string, response []byte, now time.Time) (*Record, error)

@@ -49,7 +49,8 @@ func TestIdempotencyKeySentTwiceIsRefused(t *testing.T) {
 		t.Fatalf("create: %d %s", first.Status, first.Raw)
 	}
 	env.Counter.Take()
-	for _, sent := range [][]string{{"k-1", "k-1"}, {"k-1", " k-1"}, {"k-1", "k-1", "k-1"}} {
+	for _, sent := range [][]string{{"k-1", "k-1"}, {"k-1", " k-1"}, {"k-1", "k-1", "k-1"},
+		{"a,b", "a,b"}, {"k-1", `"k-1"`}, {`"k-1"`, "k-1"}, {`"k-1"`, `"k-1"`}, {"k-1", ""}, {"", "k-1"}, {`"a,b"`, "a,b"}} {
 		req, err := http.NewRequest("POST", env.URL+"/actions", strings.NewReader(`{"userId":"u"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -70,8 +71,9 @@ func TestIdempotencyKeySentTwiceIsRefused(t *testing.T) {
 			t.Fatalf("the header sent %d times: %s", len(sent), r.Raw)
 		}
 	}
-	// A key with a comma of other parts is a key of its own, sent once.
-	for _, k := range []string{"k-1,k-2", ",", "a,", `"k-1,k-1"`} {
+	// A key with commas whose pieces name other keys is a key of its own,
+	// sent once (a quoted one included).
+	for _, k := range []string{"k-1,k-2", "a,b", ",", "a,b,a", "x,x,y", `"k-1,k-1"`} {
 		if r := do(t, env, "POST", "/actions", `{"userId":"u"}`, "Idempotency-Key", k); r.Status != 201 {
 			t.Fatalf("key %q: %d %s", k, r.Status, r.Raw)
 		}

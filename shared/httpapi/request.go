@@ -86,55 +86,85 @@ func readRequest(ev *events.APIGatewayV2HTTPRequest, keys *secretkeys.Keys, empt
 // parseKey reads an Idempotency-Key header: the bare form (8e03978e-40d5)
 // or, as the IETF draft sends it, a Structured Field string
 // ("8e03978e-40d5", with \" and \\ escapes). Both forms of one key are the
-// same key.
+// same key. A header sent more than once is refused (sentTwice).
 func parseKey(h string) (string, error) {
-	bad := &action.InvalidError{Field: "Idempotency-Key",
-		Message: `must be 1 to 255 printable ASCII characters, bare or as a quoted string ("...")`}
-	k := h
-	if strings.HasPrefix(h, `"`) {
-		if len(h) < 2 || !strings.HasSuffix(h, `"`) {
-			return "", bad
-		}
-		var out strings.Builder
-		inner := h[1 : len(h)-1]
-		for i := 0; i < len(inner); i++ {
-			c := inner[i]
-			switch {
-			case c == '\\' && i+1 < len(inner) && (inner[i+1] == '"' || inner[i+1] == '\\'):
-				i++
-				out.WriteByte(inner[i])
-			case c == '\\' || c == '"':
-				return "", bad
-			default:
-				out.WriteByte(c)
-			}
-		}
-		k = out.String()
-	}
-	if k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
-		return "", bad
-	}
 	if sentTwice(h) {
 		return "", &action.InvalidError{Field: "Idempotency-Key", Message: "was sent more than once; send it once"}
+	}
+	k, ok := keyForm(h)
+	if !ok || k == "" || len(k) > MaxKeyLen || !printableASCII(k) {
+		return "", &action.InvalidError{Field: "Idempotency-Key",
+			Message: `must be 1 to 255 printable ASCII characters, bare or as a quoted string ("...")`}
 	}
 	return k, nil
 }
 
-// sentTwice reports whether a bare header is one value repeated with commas
-// between (k-1,k-1): API Gateway joins a header sent more than once that
-// way, and a key of its own would make a retry whose client repeated the
-// header a new call, performed again.
-func sentTwice(h string) bool {
-	parts := strings.Split(h, ",")
-	if strings.TrimSpace(parts[0]) == "" {
-		return false
+// keyForm is the key a header value names, bare or quoted; false for a
+// quoted string that does not parse.
+func keyForm(h string) (string, bool) {
+	if !strings.HasPrefix(h, `"`) {
+		return h, true
 	}
-	for _, p := range parts[1:] {
-		if strings.TrimSpace(p) != strings.TrimSpace(parts[0]) {
-			return false
+	if len(h) < 2 || !strings.HasSuffix(h, `"`) {
+		return "", false
+	}
+	var out strings.Builder
+	inner := h[1 : len(h)-1]
+	for i := 0; i < len(inner); i++ {
+		c := inner[i]
+		switch {
+		case c == '\\' && i+1 < len(inner) && (inner[i+1] == '"' || inner[i+1] == '\\'):
+			i++
+			out.WriteByte(inner[i])
+		case c == '\\' || c == '"':
+			return "", false
+		default:
+			out.WriteByte(c)
 		}
 	}
-	return len(parts) > 1
+	return out.String(), true
+}
+
+// sentTwice reports whether h is what API Gateway makes of the header sent
+// more than once, naming one key: it joins the values with commas. h is cut
+// at every n-th comma for each n that divides the commas evenly; if every
+// piece (spaces around it dropped) is that key, bare or quoted, or empty
+// (an empty header beside it), the header was repeated: as a key of its own
+// it would make a retry whose client repeated the header a new call,
+// performed again. Any other value with commas is a key of its own.
+func sentTwice(h string) bool {
+	var commas []int
+	for i := range len(h) {
+		if h[i] == ',' {
+			commas = append(commas, i)
+		}
+	}
+	for n := 1; n <= len(commas); n++ {
+		if (len(commas)+1)%n != 0 {
+			continue
+		}
+		key, start, same := "", 0, true
+		for c := n - 1; same && c <= len(commas); c += n {
+			end := len(h)
+			if c < len(commas) {
+				end = commas[c]
+			}
+			piece := strings.Trim(h[start:end], " \t")
+			start = end + 1
+			k, ok := keyForm(piece)
+			switch {
+			case piece == "":
+			case !ok || k == "" || key != "" && k != key:
+				same = false
+			default:
+				key = k
+			}
+		}
+		if same && key != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // decode parses the body strictly into v: one JSON object, no unknown or
