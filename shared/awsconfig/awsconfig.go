@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	sdkconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -35,11 +36,15 @@ func HTTPClient() *awshttp.BuildableClient {
 const ReplicatedWriteConflict = "ReplicatedWriteConflictException"
 
 // Retryer is every ExactOnce SDK client's retryer: the SDK's standard one
-// (capped exponential backoff with jitter, 3 attempts, a retry quota), which
-// also retries ReplicatedWriteConflict. A new one per call, as
-// aws.Config.Retryer wants (each client its own quota).
+// (capped exponential backoff with jitter, 3 attempts), which also retries
+// ReplicatedWriteConflict, without the standard retry quota: a client keeps
+// that quota for its life (a Lambda container's), and a storm of conflicts
+// or throttles spent it, after which no write was retried at all, each
+// single conflict a 503. Every call stays bounded by its 3 attempts. A new
+// one per call, as aws.Config.Retryer wants.
 func Retryer() aws.Retryer {
-	return retry.AddWithErrorCodes(retry.NewStandard(), ReplicatedWriteConflict)
+	return retry.AddWithErrorCodes(retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None }),
+		ReplicatedWriteConflict)
 }
 
 // Load loads the default SDK configuration (Lambda's role credentials and

@@ -101,3 +101,66 @@ type countingClient struct {
 }
 
 func (c countingClient) Do(r *http.Request) (*http.Response, error) { *c.n++; return c.next.Do(r) }
+
+// TestRetryerRetriesAConflictAfterAStorm: after a storm of write conflicts
+// (another Region writing the same items for a while), a write that meets
+// one conflict is still retried, as deploying.md says of every write ("3
+// attempts"), by both configurations. The standard retryer's retry quota
+// (500 tokens, 5 a retry, 1 back per first-try success) ran out in the storm
+// and then let no write retry: each conflict became a 503 at once (helper-44,
+// TestMRSCAttackStormThenOneConflict: 10 of 10).
+func TestRetryerRetriesAConflictAfterAStorm(t *testing.T) {
+	const conflict = `{"__type":"com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException","message":"another Region"}`
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "local")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
+	loaded, err := Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]aws.Config{"AWS": loaded, "Local": Local("")} {
+		t.Run(name, func(t *testing.T) {
+			var storm atomic.Bool
+			var calls, refuse atomic.Int32
+			fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+				if storm.Load() || refuse.Add(-1) >= 0 {
+					w.WriteHeader(400)
+					_, _ = w.Write([]byte(conflict))
+					return
+				}
+				_, _ = w.Write([]byte(`{}`))
+			}))
+			defer fake.Close()
+			cfg.BaseEndpoint = aws.String(fake.URL)
+			base := cfg.Retryer
+			cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxBackoffDelay(base(), time.Millisecond) } // short waits
+			db := dynamodb.NewFromConfig(cfg)
+			write := func() error {
+				_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String("t"),
+					Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "x"}}})
+				return err
+			}
+			storm.Store(true)
+			for range 100 {
+				if write() == nil {
+					t.Fatal("a write succeeded in the storm")
+				}
+			}
+			storm.Store(false)
+			stormCalls := calls.Load()
+			failed := 0
+			for range 10 {
+				refuse.Store(1) // this write's first attempt conflicts
+				if err := write(); err != nil {
+					failed++
+				}
+			}
+			t.Logf("storm: 100 writes, %d attempts; then 10 writes meeting one conflict each: %d failed", stormCalls, failed)
+			if stormCalls != 300 || failed > 0 {
+				t.Fatalf("%d attempts in the storm (want 3 a write), %d of 10 single conflicts not retried after it", stormCalls, failed)
+			}
+		})
+	}
+}
