@@ -54,12 +54,13 @@ type Proxy struct {
 	counts struct {
 		requests, throttled, serverErrors, dropped, unavailable, conflicts, hot, trimmed, unprocessed atomic.Int64
 	}
-	hotMu    sync.Mutex
-	hotRate  float64
-	hotItems map[string]*bucket
-	down     atomic.Bool
-	lose     atomic.Bool
-	plan     []fault // the next matching requests' faults (none passes)
+	hotMu     sync.Mutex
+	hotRate   float64
+	hotItems  map[string]*bucket
+	down      atomic.Bool
+	lose      atomic.Bool
+	plan      []fault // the next matching requests' faults (none passes)
+	meanwhile func()  // Meanwhile's, run before the next matching request
 	// trimNext and trimmedIterators: TrimNextIterator (trim.go).
 	trimNext         bool
 	trimmedIterators map[string]bool
@@ -136,6 +137,13 @@ func (p *Proxy) pick(r *http.Request) fault {
 		}
 	}
 	p.counts.requests.Add(1)
+	p.mu.Lock()
+	meanwhile := p.meanwhile
+	p.meanwhile = nil
+	p.mu.Unlock()
+	if meanwhile != nil {
+		meanwhile()
+	}
 	if p.down.Load() {
 		return unavailable
 	}
@@ -250,6 +258,15 @@ func awsError(w http.ResponseWriter, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintf(w, `{"__type":%q,"message":%q}`, typ, msg)
+}
+
+// Meanwhile runs f once, before the next request of the proxy's operations
+// is answered or forwarded: what another caller (another Region's writer)
+// does at that moment. The request waits for f.
+func (p *Proxy) Meanwhile(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.meanwhile = f
 }
 
 // SetRates changes the fault rates of a running proxy.

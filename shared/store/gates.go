@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -267,9 +268,10 @@ func (st *Store) exprWrite(ctx context.Context, pk string, upd expression.Update
 }
 
 // countResends returns ctx with a counter of the attempts the SDK makes of
-// the writes made with it (exprWrite), after each write's first: a write
-// the SDK sent again after an answer that did not come (a throttle, a 5xx,
-// an answer lost) may have applied before.
+// the writes made with it (exprWrite) after an attempt whose outcome is
+// unknown (no answer, or a 5xx): such a write may have applied before. A
+// re-send after a 4xx (a throttle, a write conflict with another Region)
+// is not counted: that answer says the attempt applied nothing.
 func countResends(ctx context.Context) (context.Context, *atomic.Int32) {
 	n := new(atomic.Int32)
 	return context.WithValue(ctx, resendsKey{}, n), n
@@ -286,14 +288,17 @@ func resendCounter(ctx context.Context) []func(*dynamodb.Options) {
 	}
 	return []func(*dynamodb.Options){func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			first := true
+			unknown := false // the last attempt's outcome
 			return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("exactonce.resends",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					if !first {
+					if unknown {
 						n.Add(1)
 					}
-					first = false
-					return next.HandleFinalize(ctx, in)
+					out, md, err := next.HandleFinalize(ctx, in)
+					var answer *awshttp.ResponseError
+					// (A request that got no answer is a ResponseError too, of status 0.)
+					unknown = err != nil && !(errors.As(err, &answer) && answer.HTTPStatusCode() >= 400 && answer.HTTPStatusCode() < 500)
+					return out, md, err
 				}), "Retry", middleware.After)
 		})
 	}}

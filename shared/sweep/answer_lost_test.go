@@ -85,6 +85,45 @@ func TestPurgeAnswerLostIsCountedAsDeleted(t *testing.T) {
 	}
 }
 
+// TestPurgeConflictingWithAnotherRegionsIsNotCounted: on a multi-Region
+// table two Regions' purges find the same finished action. Region A's
+// delete lands; Region B's meets it as a write conflict (nothing applied)
+// and the SDK sends it again, to find the item gone. B deleted nothing: it
+// reports the item kept ("gone already"), so ItemsPurged summed over the
+// Regions counts the item once. Before, any re-send whose refusal found no
+// item counted as this run's own delete: B reported it deleted too
+// (helper-44: 2 for 1 item).
+func TestPurgeConflictingWithAnotherRegionsIsNotCounted(t *testing.T) {
+	t.Parallel()
+	retention := func(o *server.Options) { o.Retention = time.Hour }
+	p, b := behindFaults(t, "DeleteItem", retention) // Region B's purger
+	a := testkit.NewEnv(t, retention)                 // Region A's, on the same table
+	now := time.Now()
+	id := fmt.Sprintf("done-%d", now.UnixNano()) // the table outlives a run (-count)
+	create(t, a, id, now.Add(time.Hour))
+	if r := testkit.Do(t, nil, "POST", a.URL+"/actions/"+id+"/consume", ""); r.Status != 200 {
+		t.Fatalf("consume: %d %s", r.Status, r.Raw)
+	}
+	at := func() time.Time { return now.Add(3 * time.Hour) }
+	var ra sweep.PurgeResult
+	var errA error
+	p.Meanwhile(func() { ra, errA = (&sweep.Purger{Store: a.Sweeper.Store, Segments: 1, Now: at}).Run(context.Background()) })
+	p.PassThenConflict(0, 1) // B's delete meets A's: ReplicatedWriteConflictException
+	rb, err := (&sweep.Purger{Store: b.Sweeper.Store, Segments: 1, Now: at}).Run(context.Background())
+	if err != nil || errA != nil {
+		t.Fatal(err, errA)
+	}
+	if p.Counts().Conflicts != 1 {
+		t.Fatalf("no conflict injected: %s", p)
+	}
+	if ra.Deleted < 1 {
+		t.Fatalf("Region A's purge %+v deleted nothing", ra)
+	}
+	if rb.Deleted != 0 || rb.Kept != 1 {
+		t.Errorf("Region B's purge %+v: its delete conflicted (nothing applied) and its re-send found the item gone, want deleted 0, kept 1", rb)
+	}
+}
+
 // behindFaults is a local server whose DynamoDB requests of operation go
 // through the fault proxy (nothing dropped until the test says so).
 func behindFaults(t *testing.T, operation string, opts func(*server.Options)) (*faults.Proxy, *testkit.Env) {
