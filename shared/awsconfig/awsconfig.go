@@ -6,16 +6,17 @@ package awsconfig
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	sdkconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/smithy-go"
 
 	"github.com/exactonce/exactonce/shared/tracing"
 )
@@ -36,15 +37,28 @@ func HTTPClient() *awshttp.BuildableClient {
 const ReplicatedWriteConflict = "ReplicatedWriteConflictException"
 
 // Retryer is every ExactOnce SDK client's retryer: the SDK's standard one
-// (capped exponential backoff with jitter, 3 attempts), which also retries
-// ReplicatedWriteConflict, without the standard retry quota: a client keeps
-// that quota for its life (a Lambda container's), and a storm of conflicts
-// or throttles spent it, after which no write was retried at all, each
-// single conflict a 503. Every call stays bounded by its 3 attempts. A new
-// one per call, as aws.Config.Retryer wants.
+// (capped exponential backoff with jitter, 3 attempts, a retry quota), which
+// also retries ReplicatedWriteConflict, and does so without charging the
+// quota (conflictsFree). A new one per call, as aws.Config.Retryer wants
+// (each client its own quota).
 func Retryer() aws.Retryer {
-	return retry.AddWithErrorCodes(retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None }),
-		ReplicatedWriteConflict)
+	return conflictsFree{retry.AddWithErrorCodes(retry.NewStandard(), ReplicatedWriteConflict).(aws.RetryerV2)}
+}
+
+// conflictsFree retries a write conflict with another Region without
+// spending the retry quota, which a client keeps for its life (a Lambda
+// container's): a storm of conflicts spent it, after which not even a
+// single conflict was retried, each a 503 at once. A conflict is contention
+// on one item, not a service in trouble; the quota still sheds the retries
+// of throttles and faults, and every call keeps its 3 attempts at most.
+type conflictsFree struct{ aws.RetryerV2 }
+
+func (r conflictsFree) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
+	var e smithy.APIError
+	if errors.As(opErr, &e) && e.ErrorCode() == ReplicatedWriteConflict {
+		return func(error) error { return nil }, nil
+	}
+	return r.RetryerV2.GetRetryToken(ctx, opErr)
 }
 
 // Load loads the default SDK configuration (Lambda's role credentials and

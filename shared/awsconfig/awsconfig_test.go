@@ -110,7 +110,10 @@ func (c countingClient) Do(r *http.Request) (*http.Response, error) { *c.n++; re
 // and then let no write retry: each conflict became a 503 at once (helper-44,
 // TestMRSCAttackStormThenOneConflict: 10 of 10).
 func TestRetryerRetriesAConflictAfterAStorm(t *testing.T) {
-	const conflict = `{"__type":"com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException","message":"another Region"}`
+	const (
+		conflict = `{"__type":"com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException","message":"another Region"}`
+		throttle = `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"slow down"}`
+	)
 	t.Setenv("AWS_REGION", "us-east-1")
 	t.Setenv("AWS_ACCESS_KEY_ID", "local")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
@@ -122,12 +125,14 @@ func TestRetryerRetriesAConflictAfterAStorm(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var storm atomic.Bool
 			var calls, refuse atomic.Int32
+			var answer atomic.Value
+			answer.Store(conflict)
 			fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				calls.Add(1)
 				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 				if storm.Load() || refuse.Add(-1) >= 0 {
 					w.WriteHeader(400)
-					_, _ = w.Write([]byte(conflict))
+					_, _ = w.Write([]byte(answer.Load().(string)))
 					return
 				}
 				_, _ = w.Write([]byte(`{}`))
@@ -160,6 +165,18 @@ func TestRetryerRetriesAConflictAfterAStorm(t *testing.T) {
 			t.Logf("storm: 100 writes, %d attempts; then 10 writes meeting one conflict each: %d failed", stormCalls, failed)
 			if stormCalls != 300 || failed > 0 {
 				t.Fatalf("%d attempts in the storm (want 3 a write), %d of 10 single conflicts not retried after it", stormCalls, failed)
+			}
+			// Throttles still spend the quota, as the SDK means them to: after
+			// a storm of them a single throttle is not retried.
+			answer.Store(throttle)
+			storm.Store(true)
+			for range 100 {
+				_ = write()
+			}
+			storm.Store(false)
+			refuse.Store(1)
+			if err := write(); err == nil {
+				t.Error("after a storm of throttles a single throttle was retried: the quota was not kept for them")
 			}
 		})
 	}

@@ -97,7 +97,7 @@ func TestPurgeConflictingWithAnotherRegionsIsNotCounted(t *testing.T) {
 	t.Parallel()
 	retention := func(o *server.Options) { o.Retention = time.Hour }
 	p, b := behindFaults(t, "DeleteItem", retention) // Region B's purger
-	a := testkit.NewEnv(t, retention)                 // Region A's, on the same table
+	a := testkit.NewEnv(t, retention)                // Region A's, on the same table
 	now := time.Now()
 	id := fmt.Sprintf("done-%d", now.UnixNano()) // the table outlives a run (-count)
 	create(t, a, id, now.Add(time.Hour))
@@ -107,7 +107,9 @@ func TestPurgeConflictingWithAnotherRegionsIsNotCounted(t *testing.T) {
 	at := func() time.Time { return now.Add(3 * time.Hour) }
 	var ra sweep.PurgeResult
 	var errA error
-	p.Meanwhile(func() { ra, errA = (&sweep.Purger{Store: a.Sweeper.Store, Segments: 1, Now: at}).Run(context.Background()) })
+	p.Meanwhile(func() {
+		ra, errA = (&sweep.Purger{Store: a.Sweeper.Store, Segments: 1, Now: at}).Run(context.Background())
+	})
 	p.PassThenConflict(0, 1) // B's delete meets A's: ReplicatedWriteConflictException
 	rb, err := (&sweep.Purger{Store: b.Sweeper.Store, Segments: 1, Now: at}).Run(context.Background())
 	if err != nil || errA != nil {
