@@ -315,19 +315,20 @@ func Run(ctx context.Context, p Persistence, c Call, fn func(context.Context) ([
 // another clock than c.now's (the hosted keys').
 func late(ctx context.Context, p Persistence, c Call, k *Record, start time.Time, granted time.Duration) (Result, error) {
 	busy := &InProgressError{Late: true}
-	now, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
+	// left: the key as the release left it (or found it).
+	left, err := p.Release(ctx, c.Key, k.Token, "the claim was answered too late to run the function", c.now())
 	var rej *Rejection
 	var replay *Replay
 	switch {
 	case errors.As(err, &rej):
-		now = rej.Key // lease_lost: the takeover's lease
+		left = rej.Key // lease_lost: the takeover's lease
 	case errors.As(err, &replay):
-		now = replay.Key // released (its answer lost), and perhaps taken since
+		left = replay.Key // released (its answer lost), and perhaps taken since
 	case err != nil:
 		busy.RetryAfter = max(start.Add(granted).Sub(c.now()), 0) // ours, perhaps, until it lapses
 	}
-	if now != nil && now.CompletedAt.IsZero() && !now.LeaseExpiresAt.IsZero() {
-		busy.RetryAfter = min(max(now.LeaseExpiresAt.Sub(c.now()), 0), granted) // another's lease
+	if left != nil && left.CompletedAt.IsZero() && !left.LeaseExpiresAt.IsZero() {
+		busy.RetryAfter = min(max(left.LeaseExpiresAt.Sub(c.now()), 0), granted) // another's lease
 	}
 	return Result{Record: k}, busy
 }
