@@ -260,10 +260,11 @@ func TestConsumeRace(t *testing.T) {
 			}
 		}
 	}
+	retried := env.Counter.Retried() // the SDK's re-sends of one write (a loaded DynamoDB Local's 500s): not a second write
 	counts := env.Counter.Take()
-	t.Logf("%d actions x %d racers: %d consumes in %s, DynamoDB requests %v", actions, racers, actions*racers, time.Since(start), counts)
-	if counts["UpdateItem"] != actions*racers || len(counts) != 1 {
-		t.Fatalf("want exactly one UpdateItem per consume, got %v", counts)
+	t.Logf("%d actions x %d racers: %d consumes in %s, DynamoDB requests %v (the SDK's retries among them: %v)", actions, racers, actions*racers, time.Since(start), counts, retried)
+	if counts["UpdateItem"]-retried["UpdateItem"] != actions*racers || len(counts) != 1 {
+		t.Fatalf("want exactly one UpdateItem per consume (the SDK's retries aside), got %v (retries %v)", counts, retried)
 	}
 }
 
